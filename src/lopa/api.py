@@ -1,0 +1,207 @@
+"""The public surface: Engine.from_pretrained(...), engine.generate(...), engine.stream(...)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence
+
+import torch
+
+from .config import DraftConfig, GenerationConfig
+from .decode.loop import Drafting, StepRecord, decode
+from .decode.window import CostModel, WindowController
+from .draft import JacobiPoolDrafter, PromptLookupDrafter
+from .errors import InvalidRequestError
+from .models.loading import LoadedModel, load_model
+from .models.profile import load_or_measure_costs
+from .models.runner import Runner
+
+Prompt = str | Sequence[dict] | Sequence[int]
+
+
+@dataclass
+class GenerationStats:
+    method: str
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    forwards: int = 0  # target-model forward passes after prefill
+    prefill_s: float = 0.0
+    wall_s: float = 0.0  # decode time: prefill + steps, model load excluded
+    tree_nodes: int = 0  # tokens fed to verification forwards, summed
+    accept_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
+    window_decisions: list[dict] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # per step: tokens and how each was drafted
+
+    @property
+    def tokens_per_forward(self) -> float:
+        # the prefill forward emits the first token; count it with the decoding forwards
+        return self.new_tokens / max(1, self.forwards + 1)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tokens_per_forward"] = self.tokens_per_forward
+        data["tokens_per_s"] = self.new_tokens / self.wall_s if self.wall_s else 0.0
+        return data
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    stats: GenerationStats
+
+
+@dataclass
+class StreamChunk:
+    """A piece of text as it becomes final, with the step that produced it."""
+
+    text: str
+    step: StepRecord
+
+
+class Engine:
+    """A loaded model plus everything needed to decode it losslessly with lookahead drafting."""
+
+    def __init__(self, loaded: LoadedModel, draft: DraftConfig | None = None):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.draft = draft or DraftConfig()
+        self.draft.validate()
+        self.runner = Runner(self.model)
+        self._cost: CostModel | None = None
+        self.eos_ids = self._eos_ids()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | None = None,
+        *,
+        device: str = "cpu",
+        dtype: torch.dtype | None = None,
+        draft: DraftConfig | None = None,
+        trust_remote_code: bool = False,
+    ) -> "Engine":
+        """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct)."""
+        return cls(load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code), draft)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
+            if source is not None:
+                ids.update(source if isinstance(source, list) else [source])
+        return ids
+
+    @property
+    def cost_model(self) -> CostModel:
+        if self._cost is None:
+            self._cost = CostModel(load_or_measure_costs(self.runner, self.loaded.fingerprint))
+        return self._cost
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_prompt(self, prompt: Prompt, chat: bool | None = None) -> list[int]:
+        """Token ids for a prompt: raw ids, a chat message list, or text (chat-templated when available)."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidRequestError("the prompt is empty")
+            if chat is None:
+                chat = self.has_chat_template
+            if not chat:
+                return self.tokenizer(prompt, add_special_tokens=True).input_ids
+            prompt = [{"role": "user", "content": prompt}]
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        if not prompt:
+            raise InvalidRequestError("the prompt is empty")
+        if not self.has_chat_template:
+            raise InvalidRequestError("this model has no chat template: send raw text (--no-chat)")
+        text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
+        return self.tokenizer(text, add_special_tokens=False).input_ids
+
+    def _drafting(self) -> Drafting:
+        c = self.draft
+        drafters = []
+        if c.use_prompt_lookup:
+            drafters.append(PromptLookupDrafter(c.prompt_lookup_max_ngram, c.prompt_lookup_matches))
+        if c.use_ngram_pool:
+            drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
+        controller = WindowController(c.max_depth, c.node_budget, c.top_k_per_depth, self.cost_model, c.dynamic_window)
+        return Drafting(drafters, controller, c)
+
+    def _check(self, prompt_ids: list[int], cfg: GenerationConfig) -> None:
+        cfg.validate()
+        limit = self.runner.max_positions
+        if len(prompt_ids) >= limit:
+            raise InvalidRequestError(f"the prompt has {len(prompt_ids)} tokens; the context holds {limit}")
+        if len(prompt_ids) + cfg.max_new_tokens + self.draft.node_budget + 2 > limit:
+            raise InvalidRequestError(
+                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the context ({limit})"
+            )
+
+    def stream_steps(
+        self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None, **overrides
+    ) -> Iterator[StreamChunk | GenerationResult]:
+        """Yield StreamChunks as text becomes final, then the GenerationResult last."""
+        cfg = _merge_config(config, overrides)
+        prompt_ids = self.encode_prompt(prompt, chat)
+        self._check(prompt_ids, cfg)
+        drafting = self._drafting() if cfg.method == "lopa" else None
+        stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
+        ids: list[int] = []
+        emitted = ""
+        finish = "length"
+        start = time.perf_counter()
+        for record in decode(self.runner, prompt_ids, cfg, self.eos_ids, drafting):
+            if not ids:
+                stats.prefill_s = time.perf_counter() - start
+            else:
+                stats.accept_lengths.append(record.accepted)
+                stats.tree_nodes += record.tree_size
+            ids.extend(record.tokens)
+            stats.steps.append({"tokens": record.tokens, "sources": record.sources})
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            cut = _first_stop(text, cfg.stop)
+            if cut is not None:
+                text, finish = text[:cut], "stop"
+            elif ids[-1] in self.eos_ids:
+                finish = "stop"
+            # hold back an incomplete multi-byte character until the next step completes it
+            final = text if finish == "stop" else text.rstrip("\ufffd")
+            if len(final) > len(emitted):
+                yield StreamChunk(final[len(emitted) :], record)
+                emitted = final
+            if cut is not None:
+                break
+        stats.wall_s = time.perf_counter() - start
+        stats.forwards = self.runner.forwards
+        stats.new_tokens = len(ids)
+        if drafting:
+            stats.window_decisions = drafting.controller.decisions
+        yield GenerationResult(emitted, ids, finish, stats)
+
+    def stream(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> Iterator[str]:
+        """Text pieces as they are decoded."""
+        for item in self.stream_steps(prompt, config, **kwargs):
+            if isinstance(item, StreamChunk):
+                yield item.text
+
+    def generate(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> GenerationResult:
+        """Decode a whole answer; same tokens as plain decoding, in fewer forwards."""
+        *_, result = self.stream_steps(prompt, config, **kwargs)
+        return result
+
+
+def _merge_config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:
+    cfg = GenerationConfig(**{**asdict(config or GenerationConfig()), **overrides})
+    cfg.stop = list(cfg.stop or [])
+    return cfg
+
+
+def _first_stop(text: str, stops: list[str]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None

@@ -1,0 +1,145 @@
+"""The `lopa` command line: generate, info, and the subcommands each feature package registers."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Callable
+
+from .diffusion import cli as diffusion_cli
+from .errors import InvalidRequestError, LopaError
+
+# Feature packages add their subcommands through a `register(subparsers)` function.
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line on stderr and exits 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"lopa: error: {message}\n")
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None, help="default: fp32 on CPU, bf16 on CUDA")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
+
+
+def load_engine(args: argparse.Namespace):
+    """Build an Engine from the shared model options (imported lazily: torch is slow to import)."""
+    import torch
+
+    from .api import Engine
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    return Engine.from_pretrained(args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    if args.dllm:
+        return diffusion_cli.run_generate(args)
+    from .config import GenerationConfig
+
+    cfg = GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+        stop=args.stop or [],
+        method=args.method,
+    )
+    cfg.validate()  # fail on bad values before spending seconds on loading the model
+    if not args.prompt.strip():
+        raise InvalidRequestError("the prompt is empty")
+    engine = load_engine(args)
+    chat = False if args.no_chat else None
+    if args.json:
+        result = engine.generate(args.prompt, cfg, chat=chat)
+        stats = result.stats.to_dict()
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "finish_reason": result.finish_reason, "stats": stats}))
+        return 0
+    result = None
+    for item in engine.stream_steps(args.prompt, cfg, chat=chat):
+        if hasattr(item, "step"):
+            print(item.text, end="", flush=True)
+        else:
+            result = item
+    s = result.stats
+    print(
+        f"\n[{s.new_tokens} tokens, {s.forwards} forwards, {s.tokens_per_forward:.2f} tokens/forward, "
+        f"{s.new_tokens / s.wall_s:.1f} tokens/s]",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .models.catalog import cache_root
+
+    engine = load_engine(args)
+    loaded = engine.loaded
+    cfg = engine.model.config
+    print(f"model:        {loaded.name}")
+    print(f"path:         {loaded.path}")
+    print(f"architecture: {', '.join(cfg.architectures or [type(engine.model).__name__])} ({cfg.model_type})")
+    print(f"dtype:        {engine.model.dtype}")
+    print(f"device:       {engine.model.device}")
+    print(f"parameters:   {loaded.num_parameters:,}")
+    print(f"context:      {engine.runner.max_positions}")
+    print(f"chat:         {'yes' if engine.has_chat_template else 'no'}")
+    print(f"cache:        {cache_root()}")
+    print(f"load time:    {loaded.load_s:.2f} s")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="lopa", description="Lossless lookahead parallel decoding for Hugging Face LLMs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    gen = sub.add_parser("generate", help="generate text for one prompt")
+    gen.add_argument("prompt")
+    add_model_options(gen)
+    gen.add_argument("--method", default="lopa", help="lopa (lookahead, default) or ar (plain, one token per forward)")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--repetition-penalty", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
+    gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
+    gen.add_argument("--dllm", default=None, metavar="PATH", help="decode with a diffusion LM (see lopa.diffusion)")
+    gen.set_defaults(func=_generate)
+    diffusion_cli.add_dllm_options(gen)
+
+    info = sub.add_parser("info", help="describe a model")
+    add_model_options(info)
+    info.set_defaults(func=_info)
+
+    diffusion_cli.add_train_dllm_parser(sub)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except LopaError as exc:
+        print(f"lopa: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

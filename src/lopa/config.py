@@ -1,0 +1,72 @@
+"""Configuration objects: what to generate (GenerationConfig) and how to draft (DraftConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequestError
+
+METHODS = ("lopa", "ar")
+
+
+@dataclass
+class GenerationConfig:
+    """What the caller asks for; identical semantics for plain (`ar`) and lookahead (`lopa`) decoding."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means no top-k cut
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    method: str = "lopa"
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        """Raise InvalidRequestError on values no decoder can honour."""
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise InvalidRequestError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            raise InvalidRequestError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.method not in METHODS:
+            raise InvalidRequestError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+
+
+@dataclass
+class DraftConfig:
+    """How lopa drafts and sizes its candidate tree. Defaults are the measured best on CPU."""
+
+    tau: float = 0.7  # keep a node only if its confidence > tau * max confidence at its depth
+    top_k_per_depth: int = 4
+    max_depth: int = 8  # k_max: the window can widen up to this depth
+    node_budget: int = 32  # most tree nodes (root excluded) per verification forward
+    dynamic_window: bool = True
+    use_prompt_lookup: bool = True
+    use_ngram_pool: bool = True
+    use_heads: bool = True
+    ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
+    pool_guesses: int = 4  # G: guesses kept per key in the pool
+    jacobi_window: int = 5  # W: length of the Jacobi guess chain carried from step to step
+    prompt_lookup_max_ngram: int = 3
+    prompt_lookup_matches: int = 4
+    lambda_logp: float = 1.0  # path score = lambda_logp * log p + lambda_coherence * coherence - repetition
+    lambda_coherence: float = 0.5
+    repetition_penalty_weight: float = 0.5
+
+    def validate(self) -> None:
+        if not 0.0 < self.tau <= 1.0:
+            raise InvalidRequestError(f"tau must be in (0, 1], got {self.tau}")
+        if self.max_depth < 1 or self.node_budget < 1 or self.top_k_per_depth < 1:
+            raise InvalidRequestError("max_depth, node_budget and top_k_per_depth must be >= 1")
+        if self.ngram_size < 2:
+            raise InvalidRequestError("ngram_size must be >= 2")

@@ -1,0 +1,1 @@
+"""The decoding loop: sampling rules, lossless acceptance, window control."""

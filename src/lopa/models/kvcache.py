@@ -1,0 +1,58 @@
+"""A preallocated KV cache that lets the runner write a whole draft tree and keep only its accepted path.
+
+It subclasses transformers' StaticLayer (no monkeypatching): buffers are allocated once,
+`update` writes the new rows at the current length and returns a view of the filled
+prefix only, so attention never reads the unused tail. After verification the runner
+moves the accepted rows down to contiguous slots with `compact`.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, StaticLayer
+
+
+class TreeKVLayer(StaticLayer):
+    """One layer's keys/values: [batch, kv_heads, capacity, head_dim], filled up to `length`."""
+
+    def __init__(self, max_cache_len: int):
+        super().__init__(max_cache_len=max_cache_len)
+        self.length = 0
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, end = self.length, self.length + key_states.shape[-2]
+        self.keys[:, :, start:end] = key_states
+        self.values[:, :, start:end] = value_states
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def compact(self, src: torch.Tensor, dst_start: int) -> None:
+        """Move rows `src` (absolute slots) to dst_start, dst_start+1, ...; others become free."""
+        if self.is_initialized:
+            n = src.numel()
+            self.keys[:, :, dst_start : dst_start + n] = self.keys.index_select(2, src)
+            self.values[:, :, dst_start : dst_start + n] = self.values.index_select(2, src)
+
+
+class TreeKVCache(Cache):
+    """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        super().__init__(layers=[TreeKVLayer(capacity) for _ in range(num_layers)])
+        self.capacity = capacity
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def set_length(self, length: int) -> None:
+        for layer in self.layers:
+            layer.length = length
+
+    def compact(self, src: torch.Tensor, dst_start: int) -> None:
+        for layer in self.layers:
+            layer.compact(src, dst_start)

@@ -1,0 +1,115 @@
+"""Load a causal LM from a catalog name, a local HF directory or a GGUF file.
+
+GGUF files are dequantised by transformers once (about 20 s) and cached as an fp32
+safetensors copy, so later loads take well under 2 s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import logging as hf_logging
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..errors import ModelLoadError
+from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    path: Path
+    load_s: float
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the input embedding matrix: identifies the weights, not the file."""
+        emb = self.model.get_input_embeddings().weight.detach().float()
+        sample = emb[:: max(1, emb.shape[0] // 512)].contiguous().cpu().numpy().tobytes()
+        return hashlib.sha256(sample).hexdigest()[:16]
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def default_dtype(device: str) -> torch.dtype:
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_root() / "converted" / f"{gguf.stem}-{key}"
+
+
+def _convert_gguf(gguf: Path, out_dir: Path) -> None:
+    """Dequantise a GGUF through transformers and save it as fp32 safetensors."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types for a bad file
+        raise ModelLoadError(f"{gguf} is not a readable GGUF model: {exc}") from exc
+    # save_pretrained refuses quantizer-backed models; the weights are already plain fp32.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out_dir)
+
+
+def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
+    """Map a model spec to (display name, local HF directory), converting GGUFs on first use."""
+    spec = spec or DEFAULT_MODEL
+    if spec in CATALOG:
+        gguf = fetch_gguf(spec)
+        name = spec
+    else:
+        path = Path(spec).expanduser()
+        if not path.exists():
+            raise ModelLoadError(f"model path {spec!r} does not exist (known names: {', '.join(CATALOG)})")
+        if path.is_dir():
+            if not (path / "config.json").exists():
+                raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model directory")
+            return path.name, path
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"{path} is neither a model directory nor a .gguf file")
+        gguf, name = path, path.stem
+    out_dir = _gguf_cache_dir(gguf)
+    if not out_dir.exists():
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        _convert_gguf(gguf, out_dir)
+    return name, out_dir
+
+
+def load_model(
+    spec: str | None = None,
+    *,
+    device: str = "cpu",
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default)."""
+    start = time.perf_counter()
+    hf_logging.disable_progress_bar()
+    name, path = resolve_model_dir(spec)
+    dtype = dtype or default_dtype(device)
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+        )
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # safetensors, json and transformers each raise their own types
+        raise ModelLoadError(f"could not load a causal LM from {path}: {exc}") from exc
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)
