@@ -12,10 +12,12 @@ from .config import DraftConfig, GenerationConfig
 from .decode.loop import Drafting, StepRecord, decode
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
+from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.profile import load_or_measure_costs
 from .models.runner import Runner
+from .text import TextStream
 
 Prompt = str | Sequence[dict] | Sequence[int]
 
@@ -30,7 +32,7 @@ class GenerationStats:
     wall_s: float = 0.0  # decode time: prefill + steps, model load excluded
     tree_nodes: int = 0  # tokens fed to verification forwards, summed
     accept_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
-    window_decisions: list[dict] = field(default_factory=list)
+    window: dict = field(default_factory=dict)  # dynamic window: moves of k and tree sizes chosen
     steps: list[dict] = field(default_factory=list)  # per step: tokens and how each was drafted
 
     @property
@@ -64,12 +66,13 @@ class StreamChunk:
 class Engine:
     """A loaded model plus everything needed to decode it losslessly with lookahead drafting."""
 
-    def __init__(self, loaded: LoadedModel, draft: DraftConfig | None = None):
+    def __init__(self, loaded: LoadedModel, draft: DraftConfig | None = None, heads: HeadsSpec = None):
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.draft = draft or DraftConfig()
         self.draft.validate()
+        self.heads = heads_for(loaded, heads, self.draft.use_heads)  # None: no lookahead heads
         self.runner = Runner(self.model)
         self._cost: CostModel | None = None
         self.eos_ids = self._eos_ids()
@@ -83,9 +86,13 @@ class Engine:
         dtype: torch.dtype | None = None,
         draft: DraftConfig | None = None,
         trust_remote_code: bool = False,
+        heads: HeadsSpec = None,
     ) -> "Engine":
-        """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct)."""
-        return cls(load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code), draft)
+        """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
+
+        `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
+        """
+        return cls(load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code), draft, heads)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -130,7 +137,9 @@ class Engine:
             drafters.append(PromptLookupDrafter(c.prompt_lookup_max_ngram, c.prompt_lookup_matches))
         if c.use_ngram_pool:
             drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
-        controller = WindowController(c.max_depth, c.node_budget, c.top_k_per_depth, self.cost_model, c.dynamic_window)
+        if self.heads is not None:
+            drafters.append(HeadsDrafter(self.heads, c.top_k_per_depth))
+        controller = WindowController(c.max_depth, c.node_budget, self.cost_model, c.dynamic_window)
         return Drafting(drafters, controller, c)
 
     def _check(self, prompt_ids: list[int], cfg: GenerationConfig) -> None:
@@ -152,37 +161,26 @@ class Engine:
         self._check(prompt_ids, cfg)
         drafting = self._drafting() if cfg.method == "lopa" else None
         stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
-        ids: list[int] = []
-        emitted = ""
-        finish = "length"
+        text = TextStream(self.tokenizer, cfg.stop, self.eos_ids)
         start = time.perf_counter()
         for record in decode(self.runner, prompt_ids, cfg, self.eos_ids, drafting):
-            if not ids:
+            if not text.ids:
                 stats.prefill_s = time.perf_counter() - start
             else:
                 stats.accept_lengths.append(record.accepted)
                 stats.tree_nodes += record.tree_size
-            ids.extend(record.tokens)
             stats.steps.append({"tokens": record.tokens, "sources": record.sources})
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            cut = _first_stop(text, cfg.stop)
-            if cut is not None:
-                text, finish = text[:cut], "stop"
-            elif ids[-1] in self.eos_ids:
-                finish = "stop"
-            # hold back an incomplete multi-byte character until the next step completes it
-            final = text if finish == "stop" else text.rstrip("\ufffd")
-            if len(final) > len(emitted):
-                yield StreamChunk(final[len(emitted) :], record)
-                emitted = final
-            if cut is not None:
+            piece = text.push(record.tokens)
+            if piece:
+                yield StreamChunk(piece, record)
+            if text.stopped:
                 break
         stats.wall_s = time.perf_counter() - start
         stats.forwards = self.runner.forwards
-        stats.new_tokens = len(ids)
+        stats.new_tokens = len(text.ids)
         if drafting:
-            stats.window_decisions = drafting.controller.decisions
-        yield GenerationResult(emitted, ids, finish, stats)
+            stats.window = drafting.controller.summary()
+        yield GenerationResult(text.emitted, text.ids, text.finish, stats)
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> Iterator[str]:
         """Text pieces as they are decoded."""
@@ -201,7 +199,3 @@ def _merge_config(config: GenerationConfig | None, overrides: dict) -> Generatio
     cfg.stop = list(cfg.stop or [])
     return cfg
 
-
-def _first_stop(text: str, stops: list[str]) -> int | None:
-    hits = [text.find(s) for s in stops if s and s in text]
-    return min(hits) if hits else None

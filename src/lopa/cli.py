@@ -12,7 +12,7 @@ from .diffusion import cli as diffusion_cli
 from .errors import InvalidRequestError, LopaError
 
 # Feature packages add their subcommands through a `register(subparsers)` function.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("lopa.train.cli", "lopa.serve.cli", "lopa.bench.cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,6 +27,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None, help="default: fp32 on CPU, bf16 on CUDA")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
+    parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
+    parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
 
 
 def load_engine(args: argparse.Namespace):
@@ -36,7 +38,10 @@ def load_engine(args: argparse.Namespace):
     from .api import Engine
 
     dtype = getattr(torch, args.dtype) if args.dtype else None
-    return Engine.from_pretrained(args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code)
+    heads = False if args.no_heads else args.heads
+    return Engine.from_pretrained(
+        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads
+    )
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -65,11 +70,14 @@ def _generate(args: argparse.Namespace) -> int:
         print(json.dumps({"text": result.text, "token_ids": result.token_ids, "finish_reason": result.finish_reason, "stats": stats}))
         return 0
     result = None
+    paint = _painter(engine) if args.show else None
     for item in engine.stream_steps(args.prompt, cfg, chat=chat):
-        if hasattr(item, "step"):
-            print(item.text, end="", flush=True)
-        else:
+        if not hasattr(item, "step"):
             result = item
+        elif paint:
+            paint(item.step.tokens, item.step.sources)
+        else:
+            print(item.text, end="", flush=True)
     s = result.stats
     print(
         f"\n[{s.new_tokens} tokens, {s.forwards} forwards, {s.tokens_per_forward:.2f} tokens/forward, "
@@ -77,6 +85,16 @@ def _generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _painter(engine):
+    """Colour each token by how it was drafted (--show); the legend goes first, on stderr."""
+    from rich.console import Console
+
+    from .text import StepPainter
+
+    StepPainter(engine.tokenizer, Console(stderr=True)).legend()
+    return StepPainter(engine.tokenizer, Console())
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -95,6 +113,10 @@ def _info(args: argparse.Namespace) -> int:
     print(f"chat:         {'yes' if engine.has_chat_template else 'no'}")
     print(f"cache:        {cache_root()}")
     print(f"load time:    {loaded.load_s:.2f} s")
+    if engine.heads is not None:
+        h = engine.heads.summary()
+        print(f"heads:        {h['heads']} (draft depth {h['depth']}, {h['layers_per_head']} layers each, {h['draft_vocab']} draft tokens)")
+        print(f"heads params: {h['parameters']:,} ({h['percent_of_base']:.2f}% of the base)")
     return 0
 
 
@@ -115,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
+    gen.add_argument("--show", action="store_true", help="colour each token by how it was drafted (heads, n-gram, bonus)")
     gen.add_argument("--dllm", default=None, metavar="PATH", help="decode with a diffusion LM (see lopa.diffusion)")
     gen.set_defaults(func=_generate)
     diffusion_cli.add_dllm_options(gen)

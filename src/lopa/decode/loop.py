@@ -13,8 +13,8 @@ import torch
 
 from ..config import DraftConfig, GenerationConfig
 from ..draft.base import Drafter, StepFeedback
-from ..draft.tree import TreeLimits, build_tree, root_only
-from ..models.runner import Runner
+from ..draft.tree import DraftTree, TreeLimits, build_tree, root_only
+from ..models.runner import ForwardOutput, Runner
 from .sampling import target_distribution
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
@@ -54,6 +54,81 @@ def _contexts(context: list[int], tree, cfg: GenerationConfig) -> list[list[int]
     return [context[:-1] + tree.path_tokens(i) for i in range(tree.size)]
 
 
+class SequenceDecoder:
+    """One sequence's decoding state between verification forwards.
+
+    decode() drives it with a Runner, one forward per step; the server's scheduler drives
+    many at once and verifies all their trees in one batched forward. Either way every
+    emitted token is decided here.
+    """
+
+    def __init__(self, prompt: list[int], cfg: GenerationConfig, eos_ids: set[int], drafting: Drafting | None = None):
+        self.prompt = list(prompt)
+        self.cfg = cfg
+        self.eos_ids = eos_ids
+        self.drafting = drafting
+        self.generator = torch.Generator()
+        self.generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
+        self.context: list[int] = []
+        self.produced = 0
+        self.step = 0
+        self.done = False
+        for drafter in drafting.drafters if drafting else ():
+            drafter.start(self.prompt)
+
+    @property
+    def capacity(self) -> int:
+        """KV rows this sequence can need: prompt, output and one tree past them."""
+        budget = self.drafting.config.node_budget if self.drafting else 0
+        return len(self.prompt) + self.cfg.max_new_tokens + budget + 2
+
+    def first(self, logits: torch.Tensor) -> StepRecord:
+        """Emit the first token from the prefill's last logits."""
+        dist = target_distribution(logits, [self.prompt], self.cfg)
+        token = int(dist[0].argmax()) if self.cfg.greedy else int(torch.multinomial(dist[0], 1, generator=self.generator))
+        self.context = self.prompt + [token]
+        self.produced = 1
+        self.done = token in self.eos_ids or self.produced >= self.cfg.max_new_tokens
+        return StepRecord([token], ["bonus"], 0, 0)
+
+    def tree(self, budget: int | None = None) -> DraftTree:
+        """The candidate tree to verify next; `budget` caps its nodes (when a batch shares one forward)."""
+        root = self.context[-1]
+        drafting = self.drafting
+        if not drafting:
+            return root_only(root)
+        control = drafting.controller
+        nodes = drafting.config.node_budget if budget is None else min(drafting.config.node_budget, budget)
+        if nodes < 1:
+            return root_only(root)
+        proposals = [p for d in drafting.drafters for p in d.propose(self.context, control.depth)]
+        return build_tree(root, proposals, drafting.limits(control.depth, nodes), control.choose_size)
+
+    def advance(self, tree: DraftTree, out: ForwardOutput) -> tuple[StepRecord, list[int]]:
+        """Accept from the verification of `tree`; returns the step and the tree nodes to commit."""
+        cfg, context, drafting = self.cfg, self.context, self.drafting
+        dist = target_distribution(out.logits, _contexts(context, tree, cfg), cfg)
+        if cfg.greedy:
+            path, bonus = accept_greedy(tree, dist.argmax(-1).tolist())
+        else:
+            path, bonus = accept_sampling(tree, dist, self.generator)
+        new = [tree.tokens[i] for i in path[1:]] + [bonus]
+        sources = [tree.sources[i] for i in path[1:]] + ["bonus"]
+        stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
+        keep = min(len(new), cfg.max_new_tokens - self.produced, stop + 1 if stop is not None else len(new))
+        if drafting:
+            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden)
+            for drafter in drafting.drafters:
+                drafter.observe(feedback)
+            logprobs = out.logits[path].float().log_softmax(-1)[torch.arange(len(new)), torch.tensor(new)]
+            drafting.controller.update(self.step, tree.size, logprobs.tolist())
+        context.extend(new[:keep])
+        self.produced += keep
+        self.step += 1
+        self.done = (stop is not None and stop < keep) or self.produced >= cfg.max_new_tokens
+        return StepRecord(new[:keep], sources[:keep], tree.size, tree.depth), path
+
+
 def decode(
     runner: Runner,
     prompt: list[int],
@@ -62,51 +137,11 @@ def decode(
     drafting: Drafting | None = None,
 ) -> Iterator[StepRecord]:
     """Yield steps until EOS or max_new_tokens; the caller may stop early (stop strings)."""
-    generator = torch.Generator()
-    generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
-    budget = drafting.config.node_budget if drafting else 0
-    runner.reset(len(prompt) + cfg.max_new_tokens + budget + 2)
-    for drafter in drafting.drafters if drafting else ():
-        drafter.start(prompt)
-
-    first = runner.prefill(torch.tensor(prompt))
-    dist = target_distribution(first.logits, [prompt], cfg)
-    token = int(dist[0].argmax()) if cfg.greedy else int(torch.multinomial(dist[0], 1, generator=generator))
-    context = prompt + [token]
-    produced = 1
-    yield StepRecord([token], ["bonus"], 0, 0)
-    if token in eos_ids:
-        return
-
-    step = 0
-    while produced < cfg.max_new_tokens:
-        tree = root_only(context[-1])
-        if drafting:
-            plan = drafting.controller.plan()
-            proposals = [p for d in drafting.drafters for p in d.propose(context, plan.depth)]
-            tree = build_tree(context[-1], proposals, drafting.limits(plan.depth, plan.budget))
-            if not drafting.controller.worth_drafting(tree.size, tree.depth):
-                tree = root_only(context[-1])
-        out = runner.forward(*tree.tensors())
-        dist = target_distribution(out.logits, _contexts(context, tree, cfg), cfg)
-        if cfg.greedy:
-            path, bonus = accept_greedy(tree, dist.argmax(-1).tolist())
-        else:
-            path, bonus = accept_sampling(tree, dist, generator)
+    seq = SequenceDecoder(prompt, cfg, eos_ids, drafting)
+    runner.reset(seq.capacity)
+    yield seq.first(runner.prefill(torch.tensor(prompt)).logits)
+    while not seq.done:
+        tree = seq.tree()
+        record, path = seq.advance(tree, runner.forward(*tree.tensors()))
         runner.commit(path)
-        new = [tree.tokens[i] for i in path[1:]] + [bonus]
-        sources = [tree.sources[i] for i in path[1:]] + ["bonus"]
-        stop = next((i for i, t in enumerate(new) if t in eos_ids), None)
-        keep = min(len(new), cfg.max_new_tokens - produced, stop + 1 if stop is not None else len(new))
-        if drafting:
-            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden)
-            for drafter in drafting.drafters:
-                drafter.observe(feedback)
-            logprobs = out.logits[path].float().log_softmax(-1)[torch.arange(len(new)), torch.tensor(new)]
-            drafting.controller.update(step, tree.depth, len(path) - 1, logprobs.tolist())
-        context.extend(new[:keep])
-        produced += keep
-        step += 1
-        yield StepRecord(new[:keep], sources[:keep], tree.size, tree.depth)
-        if stop is not None and stop < keep:
-            return
+        yield record

@@ -76,7 +76,8 @@ class FullSequenceAdapter:
         self.model = model.eval()
         self.mask_token_id, self.eos_token_id = mask_token_id, eos_token_id
         self.shift, self.max_len = shift, max_len
-        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+        head = model.get_output_embeddings()   # logits width, which may exceed config.vocab_size
+        self.vocab_size = head.weight.shape[0] if head is not None else model.config.vocab_size
         self.device = next(model.parameters()).device
 
     def begin(self, prompt: list[int]) -> Context:

@@ -4,8 +4,8 @@ Each rank holds the same model, context and winner logits, builds the same branc
 and runs a forward on its contiguous slice of them; scores are all-gathered, every
 rank picks the same winner (first maximum, as in one process), and the winner's
 owner broadcasts its logits, the only per-branch state the next iteration needs
-(branches never write the KV cache, which holds committed tokens only). gloo on CPU,
-NCCL on GPU. Works under `torchrun` or through `spawn`.
+(branches never write the KV cache, which holds committed tokens only). gloo on CPU.
+Works under `torchrun` or through `spawn`.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import torch.multiprocessing as mp
 
 from .decoder import DecodeConfig, DiffusionDecoder, branch_scores
 from .loader import load_dllm
+
+BACKEND = "gloo"  # the adapters run on CPU; a GPU build would switch to NCCL with cuda:rank devices
 
 
 class DistributedEvaluator:
@@ -44,16 +46,12 @@ class DistributedEvaluator:
         return w, buf
 
 
-def backend() -> str:
-    return "nccl" if torch.cuda.is_available() else "gloo"
-
-
 def init_from_env() -> bool:
     """Join the process group described by torchrun's environment; False when not under torchrun."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
-        dist.init_process_group(backend())
+        dist.init_process_group(BACKEND)
     return True
 
 
@@ -66,7 +64,7 @@ def _free_port() -> int:
 def _worker(rank: int, world: int, port: int, threads: int, timeout_s: float, fn, args, queue) -> None:
     torch.set_num_threads(threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    dist.init_process_group(backend(), rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(BACKEND, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     try:
         result = fn(*args)
         if rank == 0:

@@ -13,6 +13,7 @@ from collections import OrderedDict, defaultdict
 from typing import Sequence
 
 from .base import Proposal, StepFeedback
+from .calibration import AcceptanceRates
 
 
 class NGramIndex:
@@ -54,10 +55,14 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.max_matches = max_matches
         self.index = NGramIndex(max_ngram)
+        # confidence = learned P(accept) per match length; longer matches start more trusted
+        self.rates = AcceptanceRates({n: 0.15 + 0.15 * n for n in range(1, max_ngram + 1)})
+        self.last: list[tuple[int, list[int]]] = []
 
     def start(self, prompt: Sequence[int]) -> None:
         self.index = NGramIndex(self.max_ngram)
         self.index.extend(prompt)
+        self.last = []
 
     def _sync(self, context: Sequence[int]) -> None:
         self.index.extend(context[len(self.index.tokens) :])
@@ -65,19 +70,20 @@ class PromptLookupDrafter:
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
         self._sync(context)
         proposals: list[Proposal] = []
+        self.last = []
         for n in range(min(self.max_ngram, len(context) - 1), 0, -1):
             suffix = tuple(context[-n:])
             # the suffix itself is the last occurrence; its "continuation" is empty and skipped
             for cont in self.index.continuations(suffix, max_depth, self.max_matches - len(proposals)):
                 if all(cont != p.tokens[: len(cont)] for p in proposals):
-                    conf = n / self.max_ngram
-                    proposals.append(Proposal(cont, [conf] * len(cont), self.source))
+                    proposals.append(Proposal(cont, [self.rates.rate(n)] * len(cont), self.source))
+                    self.last.append((n, cont))
             if len(proposals) >= self.max_matches:
                 break
         return proposals
 
     def observe(self, feedback: StepFeedback) -> None:
-        """Nothing to learn: the context itself is the index."""
+        self.rates.learn(feedback, self.last)
 
 
 class JacobiPoolDrafter:
@@ -91,10 +97,13 @@ class JacobiPoolDrafter:
         self.window = window
         self.pool: dict[int, OrderedDict[tuple[int, ...], None]] = {}
         self.chain: list[int] = []
+        self.rates = AcceptanceRates({("pool", r): 0.3 / (1 + r) for r in range(guesses)} | {"jacobi": 0.1})
+        self.last: list[tuple[object, list[int]]] = []
 
     def start(self, prompt: Sequence[int]) -> None:
         self.pool = {}
         self.chain = []
+        self.last = []
         for i in range(len(prompt) - self.n + 1):
             self._add(prompt[i : i + self.n])
 
@@ -110,18 +119,20 @@ class JacobiPoolDrafter:
             entry.popitem(last=False)
 
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
-        root = context[-1]
-        proposals = []
-        grams = list(self.pool.get(root, {}))[::-1]
-        for rank, gram in enumerate(grams):
-            conf = 0.6 / (1 + rank)
-            proposals.append(Proposal(list(gram[:max_depth]), [conf] * min(len(gram), max_depth), "pool"))
+        guesses: list[tuple[object, list[int]]] = [
+            (("pool", rank), list(gram[:max_depth]))
+            for rank, gram in enumerate(reversed(self.pool.get(context[-1], {})))
+        ]
         if self.chain:
-            chain = self.chain[:max_depth]
-            proposals.append(Proposal(chain, [0.3] * len(chain), "jacobi"))
-        return proposals
+            guesses.append(("jacobi", self.chain[:max_depth]))
+        self.last = guesses
+        return [
+            Proposal(tokens, [self.rates.rate(key)] * len(tokens), "jacobi" if key == "jacobi" else "pool")
+            for key, tokens in guesses
+        ]
 
     def observe(self, feedback: StepFeedback) -> None:
+        self.rates.learn(feedback, self.last)
         tree, preds, before = feedback.tree, feedback.predictions, feedback.context[:-1]
         # n-grams the target itself produced along every tree path (verified or not: Jacobi guesses)
         for node in range(tree.size):

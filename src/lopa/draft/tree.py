@@ -1,9 +1,13 @@
 """Merge proposals into one prefix-shared candidate tree under a confidence filter and a node budget.
 
-Filtering follows LoPA: a node survives only if its confidence is above tau times the
-best confidence at its depth, the top-k per depth are kept, and nodes are added best
-first by path score until the budget is spent. The path score ranks only; acceptance is
-decided by the target model alone, so none of this can change the output.
+A proposal's confidences are per-token acceptance probabilities (given the parent was
+accepted), so a node's path probability is their product and the sum of path
+probabilities is the expected number of accepted draft tokens. Filtering follows LoPA:
+a node survives only if its path probability is above tau times the best at its depth,
+the top-k per depth are kept, and nodes are added best first by path score until the
+budget is spent; an optional `choose_size` then keeps the prefix of that order worth its
+forward cost. The path score ranks only; acceptance is decided by the target model alone,
+so none of this can change the output.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -49,7 +54,7 @@ class DraftTree:
     parents: list[int]
     depths: list[int]
     sources: list[str]
-    confidences: list[float]
+    probs: list[float]  # path probability: P(node accepted), from the drafters' confidences
     children: list[list[int]]  # per node, ranked by path score (the order sampling tries them)
 
     @property
@@ -138,7 +143,13 @@ def _score(nodes: list[_Candidate], root: int, limits: TreeLimits) -> None:
         )
 
 
-def build_tree(root: int, proposals: list[Proposal], limits: TreeLimits) -> DraftTree:
+def build_tree(
+    root: int,
+    proposals: list[Proposal],
+    limits: TreeLimits,
+    choose_size: Callable[[list[float]], int] | None = None,
+) -> DraftTree:
+    """The candidate tree; choose_size(path probabilities in selection order) -> how many to keep."""
     nodes = _merge(root, proposals, limits.max_depth)
     if not nodes:
         return root_only(root)
@@ -148,8 +159,8 @@ def build_tree(root: int, proposals: list[Proposal], limits: TreeLimits) -> Draf
         by_depth.setdefault(node.depth, []).append(i)
     eligible: set[int] = set()
     for ids in by_depth.values():
-        best = max(nodes[i].confidence for i in ids)
-        kept = [i for i in ids if nodes[i].confidence > limits.tau * best or nodes[i].confidence == best]
+        best = max(nodes[i].logp for i in ids)
+        kept = [i for i in ids if nodes[i].logp > math.log(limits.tau) + best or nodes[i].logp == best]
         kept.sort(key=lambda i: -nodes[i].rank)
         eligible.update(kept[: limits.top_k_per_depth])
     # best-first growth from the root keeps the tree connected and spends the budget on the best paths
@@ -162,6 +173,8 @@ def build_tree(root: int, proposals: list[Proposal], limits: TreeLimits) -> Draf
         for child in nodes[i].children.values():
             if child in eligible:
                 heapq.heappush(frontier, (-nodes[child].rank, child))
+    if choose_size is not None:  # every prefix of a best-first order is a connected tree
+        chosen = chosen[: choose_size([math.exp(nodes[i].logp) for i in chosen])]
     chosen.sort(key=lambda i: (nodes[i].depth, -nodes[i].rank))
     index = {cand: pos + 1 for pos, cand in enumerate(chosen)}
     tree = root_only(root)
@@ -172,7 +185,7 @@ def build_tree(root: int, proposals: list[Proposal], limits: TreeLimits) -> Draf
         tree.parents.append(parent)
         tree.depths.append(node.depth)
         tree.sources.append(node.source)
-        tree.confidences.append(node.confidence)
+        tree.probs.append(math.exp(node.logp))
         tree.children.append([])
         tree.children[parent].append(index[cand])
     return tree

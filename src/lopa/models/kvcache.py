@@ -19,6 +19,15 @@ class TreeKVLayer(StaticLayer):
         super().__init__(max_cache_len=max_cache_len)
         self.length = 0
 
+    @classmethod
+    def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "TreeKVLayer":
+        """A layer on existing buffers (e.g. a row range of a batch's buffers), filled up to `length`."""
+        layer = cls(keys.shape[2])
+        layer.keys, layer.values, layer.device = keys, values, keys.device
+        layer.is_initialized = True
+        layer.length = length
+        return layer
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -41,9 +50,15 @@ class TreeKVLayer(StaticLayer):
 class TreeKVCache(Cache):
     """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
 
-    def __init__(self, num_layers: int, capacity: int):
-        super().__init__(layers=[TreeKVLayer(capacity) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None):
+        super().__init__(layers=layers or [TreeKVLayer(capacity) for _ in range(num_layers)])
         self.capacity = capacity
+
+    @classmethod
+    def over(cls, buffers: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> "TreeKVCache":
+        """A cache writing into existing per-layer (keys, values) buffers [batch, kv_heads, capacity, head_dim]."""
+        layers = [TreeKVLayer.over(k, v, length) for k, v in buffers]
+        return cls(len(layers), buffers[0][0].shape[2], layers)
 
     @property
     def length(self) -> int:

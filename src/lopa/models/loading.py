@@ -30,13 +30,18 @@ class LoadedModel:
     @property
     def fingerprint(self) -> str:
         """A short hash of the input embedding matrix: identifies the weights, not the file."""
-        emb = self.model.get_input_embeddings().weight.detach().float()
-        sample = emb[:: max(1, emb.shape[0] // 512)].contiguous().cpu().numpy().tobytes()
-        return hashlib.sha256(sample).hexdigest()[:16]
+        return embedding_fingerprint(self.model.get_input_embeddings().weight)
 
     @property
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+def embedding_fingerprint(weight: torch.Tensor) -> str:
+    """LoadedModel.fingerprint of a model whose input embedding is `weight` (in the dtype it runs in)."""
+    emb = weight.detach().float()
+    sample = emb[:: max(1, emb.shape[0] // 512)].contiguous().cpu().numpy().tobytes()
+    return hashlib.sha256(sample).hexdigest()[:16]
 
 
 def default_dtype(device: str) -> torch.dtype:

@@ -26,6 +26,23 @@ class ForwardOutput:
     hidden: torch.Tensor  # [T, hidden] last hidden state, for lookahead heads
 
 
+def tree_mask(
+    prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor, window: int | None, dtype
+) -> torch.Tensor:
+    """Additive mask [B, 1, T, start + T]: row b's tree (written at slots start..) sees its first prefix[b]
+    committed slots and its own ancestors; `window` also hides keys more than window - 1 positions back."""
+    b, t = positions.shape
+    slots = torch.arange(start, device=positions.device)
+    committed = (slots[None, None, :] < prefix[:, None, None]).expand(b, t, start)
+    allowed = torch.cat([committed, ancestors], dim=2)
+    if window is not None:
+        kv_pos = torch.cat([slots.expand(b, start), positions], dim=1)
+        allowed &= kv_pos[:, None, :] > positions[:, :, None] - window
+    mask = torch.zeros(b, t, start + t, dtype=dtype, device=positions.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
 class Runner:
     """Owns the KV cache of one sequence and runs prefill, tree verification and commits."""
 
@@ -58,16 +75,28 @@ class Runner:
         self.cache.set_length(0)
         self.forwards = 0
 
-    def _mask(self, positions: torch.Tensor, ancestors: torch.Tensor, window: int | None) -> torch.Tensor:
-        length, t = self.length, positions.numel()
-        allowed = torch.ones(t, length + t, dtype=torch.bool, device=self.device)
-        allowed[:, length:] = ancestors
-        if window is not None:
-            kv_pos = torch.cat([torch.arange(length, device=self.device), positions])
-            allowed &= kv_pos[None, :] > positions[:, None] - window
-        mask = torch.zeros(t, length + t, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None]
+    def masks(self, prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor):
+        """The attention mask(s) for trees written at slot `start` of rows whose committed lengths are `prefix`."""
+        full = tree_mask(prefix, start, positions, ancestors, None, self.dtype)
+        if not self.hybrid:
+            return full
+        return {"full_attention": full, "sliding_attention": tree_mask(prefix, start, positions, ancestors, self.sliding_window, self.dtype)}
+
+    @torch.no_grad()
+    def run(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
+        """One stock transformers forward of tokens [B, T]; returns (logits, last hidden state), both [B, T or 1, ...]."""
+        out = self.model(
+            input_ids=tokens.to(self.device),
+            position_ids=positions,
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=True,
+            logits_to_keep=1 if last_only else 0,
+        )
+        self.forwards += 1
+        hidden = out.hidden_states[-1]
+        return out.logits, hidden[:, -1:] if last_only else hidden
 
     @torch.no_grad()
     def forward(
@@ -78,24 +107,11 @@ class Runner:
         t = tokens.numel()
         if self.length + t > self.cache.capacity:
             raise RuntimeError(f"KV cache overflow: {self.length} + {t} > {self.cache.capacity}")
-        positions = (depths + self.length).to(self.device)
-        ancestors = ancestors.to(self.device)
-        full = self._mask(positions, ancestors, None)
-        mask = full
-        if self.hybrid:
-            mask = {"full_attention": full, "sliding_attention": self._mask(positions, ancestors, self.sliding_window)}
-        out = self.model(
-            input_ids=tokens.to(self.device)[None],
-            position_ids=positions[None],
-            attention_mask=mask,
-            cache=self.cache,
-            use_cache=True,
-            output_hidden_states=True,
-            logits_to_keep=1 if last_only else 0,
-        )
-        self.forwards += 1
-        hidden = out.hidden_states[-1][0]
-        return ForwardOutput(out.logits[0], hidden[-1:] if last_only else hidden)
+        positions = (depths + self.length).to(self.device)[None]
+        prefix = torch.tensor([self.length], device=self.device)
+        mask = self.masks(prefix, self.length, positions, ancestors.to(self.device)[None])
+        logits, hidden = self.run(self.cache, tokens[None], positions, mask, last_only)
+        return ForwardOutput(logits[0], hidden[0])
 
     def prefill(self, ids: torch.Tensor) -> ForwardOutput:
         """Feed the prompt causally, commit it, and return the last position's logits."""

@@ -1,0 +1,81 @@
+"""`lopa bench`: options, and the console summary; `--dllm PATH` hands over to the diffusion benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..diffusion import cli as diffusion_cli
+from ..errors import InvalidRequestError
+from .data import LOPA_SCENARIOS
+from .methods import ALL_METHODS, parse_methods
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def register(subparsers) -> None:
+    from .. import cli as lopa_cli
+
+    p = subparsers.add_parser(
+        "bench", help="benchmark lopa against transformers generate, prompt lookup and llama.cpp",
+        description="Run every method on every prompt, interleaved in one process; print tables, write --out DIR.",
+    )
+    lopa_cli.add_model_options(p)
+    p.add_argument("--data", default=None, help="Spec-Bench JSONL (question_id, category, turns); default: built-in set")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
+    p.add_argument("--limit", type=int, default=None, help="at most N prompts per category (sampled with --seed)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the per-category sample")
+    p.add_argument("--multi-turn", action="store_true", help="all turns (later turns see hf's earlier answers)")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated, from {','.join(ALL_METHODS)} (default: all; hf is always included)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--lopa-table", action="store_true",
+                   help="the LoPA table: " + ", ".join(f"{s.name} (up to {s.max_new_tokens})" for s in LOPA_SCENARIOS)
+                   + "; methods default to hf,lopa")
+    p.add_argument("--scenarios", default=None, help="comma-separated subset of the LoPA scenarios (implies --lopa-table)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write results.json, report.md and PNG plots here")
+    p.add_argument("--torch-threads", type=int, default=None, help="torch threads for every method (default: torch's)")
+    p.add_argument("--gguf", default=None, help="GGUF for the llama.cpp methods (default: the catalog model's)")
+    p.add_argument("--no-chat", action="store_true", help="raw prompts, without the chat template")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dllm", default=None, metavar="PATH", help="benchmark a diffusion LM instead (see lopa.diffusion)")
+    diffusion_cli.add_dllm_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.dllm:
+        return diffusion_cli.run_bench(args)
+    from .. import cli as lopa_cli
+    from .benchmark import TABLE_METHODS, BenchOptions, run_benchmark, write_outputs
+    from .report import lopa_table_md, overall_md
+
+    table = args.lopa_table or bool(args.scenarios)
+    opts = BenchOptions(
+        data=args.data, categories=_csv(args.categories), limit=args.limit, seed=args.seed,
+        multi_turn=args.multi_turn, max_new_tokens=args.max_new_tokens, lopa_table=table,
+        scenarios=_csv(args.scenarios), chat=False if args.no_chat else None, model=args.model, gguf=args.gguf,
+        progress=not args.no_progress,
+        methods=parse_methods(args.methods or ",".join(TABLE_METHODS if table else ALL_METHODS)),
+    )
+    opts.validate()  # before the model load
+    if args.torch_threads is not None:
+        if args.torch_threads < 1:
+            raise InvalidRequestError(f"--torch-threads must be >= 1, got {args.torch_threads}")
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    results = run_benchmark(lopa_cli.load_engine(args), opts)
+    for name, m in results["methods"].items():
+        if m["status"] == "skipped":
+            print(f"skipped {name}: {m['reason']}", file=sys.stderr)
+    print(overall_md(results["aggregate"]))
+    if results["lopa_table"]:
+        print("\n" + lopa_table_md(results["lopa_table"]))
+    if args.out:
+        written = write_outputs(results, Path(args.out), opts.command())
+        print(f"\nwrote {', '.join(str(p) for p in written)}", file=sys.stderr)
+    return 0

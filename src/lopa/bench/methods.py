@@ -1,0 +1,206 @@
+"""The decoding methods a benchmark compares, each behind one call: generate(prompt_ids, max_new_tokens) -> Run.
+
+All run greedy on the same prompt token ids in the same process. `hf` is the reference
+every speedup and exact match is measured against. lopa ablations are a table of
+DraftConfig overrides, so adding one is one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+from transformers.generation.streamers import BaseStreamer
+
+from ..errors import InvalidRequestError
+
+REFERENCE = "hf"
+HF_METHODS = {"hf": None, "hf-pld": 10}  # name -> prompt_lookup_num_tokens
+LOPA_VARIANTS: dict[str, dict] = {  # name -> DraftConfig overrides
+    "lopa": {},
+    "lopa-lookup": {"use_ngram_pool": False, "use_heads": False},
+    "lopa-ngram": {"use_heads": False},
+    "lopa-heads": {"use_prompt_lookup": False, "use_ngram_pool": False},
+    "lopa-fixed": {"dynamic_window": False},
+}
+LLAMACPP_METHODS = {"llamacpp": False, "llamacpp-pld": True}  # name -> prompt lookup on
+ALL_METHODS = (*HF_METHODS, "ar", *LOPA_VARIANTS, *LLAMACPP_METHODS)
+DESCRIPTIONS = {
+    "hf": "transformers generate(), greedy",
+    "hf-pld": "transformers generate(), greedy, prompt_lookup_num_tokens=10",
+    "ar": "lopa runner, one token per forward",
+    "llamacpp": "llama-cpp-python on the GGUF, greedy (quantised weights: not lossless against hf)",
+    "llamacpp-pld": "llama-cpp-python on the GGUF with prompt lookup (10 tokens)",
+    **{name: "lopa " + (", ".join(f"{k}={v}" for k, v in o.items()) or "defaults") for name, o in LOPA_VARIANTS.items()},
+}
+
+
+@dataclass
+class Run:
+    """What one generation produced and what it cost."""
+
+    token_ids: list[int]
+    wall_s: float  # the whole call: prefill + decoding
+    prefill_s: float  # until the first new token exists
+    forwards: int | None  # target forwards after the prefill; None when the method cannot tell
+    accept_lengths: list[int]  # drafted tokens accepted per decoding step (empty when unknown)
+
+
+class Method(Protocol):
+    name: str
+    lossless: bool
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Run: ...
+
+
+class _ChunkClock(BaseStreamer):
+    """Notes when generate() hands over each chunk of tokens; the first chunk is the prompt."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+class HFGenerate:
+    """transformers generate(), optionally with its prompt lookup; forwards counted by a forward hook."""
+
+    lossless = True
+
+    def __init__(self, name: str, model: torch.nn.Module, prompt_lookup: int | None):
+        self.name, self.model, self.prompt_lookup = name, model, prompt_lookup
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Run:
+        calls = 0
+
+        def count(*_: object) -> None:
+            nonlocal calls
+            calls += 1
+
+        ids = torch.tensor([prompt_ids], device=self.model.device)
+        extra = {"prompt_lookup_num_tokens": self.prompt_lookup} if self.prompt_lookup else {}
+        clock = _ChunkClock()
+        handle = self.model.register_forward_hook(count)
+        start = time.perf_counter()
+        try:
+            out = self.model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                streamer=clock, **extra,
+            )
+        finally:
+            handle.remove()
+        wall = time.perf_counter() - start
+        prefill = clock.times[1] - start if len(clock.times) > 1 else wall
+        # chunk 0 is the prompt, chunk 1 came from the prefill forward; later chunks are steps
+        return Run(out[0, len(prompt_ids):].tolist(), wall, prefill, calls - 1, [n - 1 for n in clock.sizes[2:]])
+
+
+class EngineMethod:
+    """lopa's own loop: `ar` (no drafters) or lookahead with one DraftConfig."""
+
+    lossless = True
+
+    def __init__(self, name: str, engine, method: str):
+        self.name, self.engine, self.method = name, engine, method
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Run:
+        start = time.perf_counter()
+        result = self.engine.generate(prompt_ids, max_new_tokens=max_new_tokens, method=self.method, temperature=0.0)
+        wall = time.perf_counter() - start
+        s = result.stats
+        return Run(result.token_ids, wall, s.prefill_s, s.forwards, list(s.accept_lengths))
+
+
+class LlamaCpp:
+    """llama.cpp through llama-cpp-python on a GGUF (quantised, so compared by perplexity, not exact match)."""
+
+    lossless = False
+
+    def __init__(self, name: str, gguf: Path, prompt_lookup: bool, n_ctx: int, threads: int):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=10) if prompt_lookup else None
+        self.name, self.prompt_lookup = name, prompt_lookup
+        self.llm = Llama(
+            model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+            draft_model=draft, verbose=False,
+        )
+        self.eos = self.llm.token_eos()
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Run:
+        self.llm.reset()  # no KV reuse across prompts: every method pays its own prefill
+        tokens: list[int] = []
+        start = time.perf_counter()
+        prefill = None
+        for token in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0):
+            prefill = prefill if prefill is not None else time.perf_counter() - start
+            tokens.append(int(token))
+            if token == self.eos or len(tokens) >= max_new_tokens:
+                break
+        wall = time.perf_counter() - start
+        if self.prompt_lookup:  # llama-cpp-python does not expose its verification steps
+            return Run(tokens, wall, prefill or wall, None, [])
+        return Run(tokens, wall, prefill or wall, len(tokens) - 1, [0] * (len(tokens) - 1))
+
+
+def llamacpp_missing() -> str | None:
+    """Why llama.cpp methods cannot run here, or None when llama-cpp-python imports."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        return f"llama-cpp-python is not installed ({exc.msg}); pip install 'lopa[llamacpp]'"
+    return None
+
+
+def parse_methods(text: str) -> list[str]:
+    """Comma-separated names, validated; `hf` is always included since every ratio is against it."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ALL_METHODS]
+    if unknown:
+        raise InvalidRequestError(f"unknown methods {unknown}; choose from {', '.join(ALL_METHODS)}")
+    return list(dict.fromkeys([REFERENCE, *names]))
+
+
+def build_methods(
+    names: list[str], engine, gguf: Callable[[], Path | None], threads: int
+) -> tuple[dict[str, Method], dict[str, str]]:
+    """Instantiate the named methods on one loaded engine; returns (methods, skipped name -> reason).
+
+    `gguf` is called only when a llama.cpp method is asked for and llama-cpp-python imports.
+    """
+    from ..api import Engine
+
+    methods: dict[str, Method] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        if name in HF_METHODS:
+            methods[name] = HFGenerate(name, engine.model, HF_METHODS[name])
+        elif name == "ar":
+            methods[name] = EngineMethod(name, engine, "ar")
+        elif name in LOPA_VARIANTS:
+            variant = Engine(engine.loaded, dataclasses.replace(engine.draft, **LOPA_VARIANTS[name]), heads=False)
+            variant.heads = engine.heads if variant.draft.use_heads else None  # share the heads --heads chose
+            d = variant.draft
+            if d.use_prompt_lookup or d.use_ngram_pool or variant.heads is not None:
+                methods[name] = EngineMethod(name, variant, "lopa")
+            else:
+                skipped[name] = "no drafter left: no lookahead heads fit this model (see --heads)"
+        elif (reason := llamacpp_missing()) is not None:
+            skipped[name] = reason
+        elif (path := gguf()) is None:
+            skipped[name] = "no GGUF file for this model (pass --gguf PATH)"
+        else:
+            n_ctx = min(engine.runner.max_positions, 8192)
+            methods[name] = LlamaCpp(name, path, LLAMACPP_METHODS[name], n_ctx, threads)
+    return methods, skipped

@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP server with batched, streaming lookahead decoding (`lopa serve`)."""

@@ -1,0 +1,242 @@
+"""`lopa bench-serve`: aggregate throughput of a real server under 1..N concurrent streaming clients.
+
+Three servers are started in turn on a free loopback port: lookahead decoding (the
+default), batched plain decoding (--no-parallel) and one request at a time
+(--max-batch 1). Each concurrency level sends greedy chat requests built from
+Spec-Bench prompts; a load run then keeps clients busy for a fixed time and samples the
+server's resident memory. Everything is bounded and stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODES = {"lopa": [], "plain": ["--no-parallel"], "serial": ["--max-batch", "1"]}
+DEFAULT_PROMPTS = "/work/shared/data/spec_bench_dev.jsonl"
+
+
+def add_bench_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench-serve", help="throughput and latency of `lopa serve` under concurrent clients")
+    p.add_argument("--model", default=None)
+    p.add_argument("--prompts", default=DEFAULT_PROMPTS, help="Spec-Bench jsonl (question_id, category, turns)")
+    p.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts")
+    p.add_argument("--rounds", type=int, default=2, help="requests per client at each level")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--modes", default=",".join(MODES), help="servers to compare: lopa, plain, serial")
+    p.add_argument("--load-seconds", type=float, default=60.0, help="load run length (0: none); lopa server, 8 clients")
+    p.add_argument("--out", default="bench-serve", help="directory for results.json and tokens_per_s.png")
+    p.add_argument("--start-timeout", type=float, default=300.0)
+    p.set_defaults(func=run_bench)
+
+
+def load_prompts(path: str) -> list[str]:
+    with open(path) as f:
+        return [json.loads(line)["turns"][0] for line in f if line.strip()]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`lopa serve` in a child process on a free loopback port; SIGTERM on exit."""
+
+    def __init__(self, extra: list[str], model: str | None, max_batch: int, timeout: float):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "lopa", "serve", "--port", str(self.port), "--max-batch", str(max_batch)]
+        cmd += (["--model", model] if model else []) + extra
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self._wait(timeout)
+
+    def _wait(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"server did not start within {timeout} s")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+async def one_request(client, url: str, prompt: str, max_tokens: int) -> dict:
+    """Stream one greedy chat completion; returns ttft, latency, tokens, or an error."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    start = time.perf_counter()
+    ttft, tokens = None, 0
+    try:
+        async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                return {"error": f"HTTP {resp.status_code}"}
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    return {"error": chunk["error"]["message"]}
+                if ttft is None and chunk["choices"][0].get("delta", {}).get("content"):
+                    ttft = time.perf_counter() - start
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+    except Exception as exc:  # count transport failures, keep benchmarking
+        return {"error": repr(exc)}
+    return {"ttft": ttft if ttft is not None else time.perf_counter() - start, "latency": time.perf_counter() - start, "tokens": tokens}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max_tokens: int) -> dict:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        async def worker(w: int) -> list[dict]:
+            return [await one_request(client, url, prompts[(w * rounds + r) % len(prompts)], max_tokens) for r in range(rounds)]
+
+        start = time.perf_counter()
+        results = [r for rs in await asyncio.gather(*(worker(w) for w in range(clients))) for r in rs]
+        wall = time.perf_counter() - start
+    ok = [r for r in results if "error" not in r]
+    return {
+        "clients": clients,
+        "requests": len(results),
+        "failed": len(results) - len(ok),
+        "tokens": sum(r["tokens"] for r in ok),
+        "wall_s": wall,
+        "tokens_per_s": sum(r["tokens"] for r in ok) / wall,
+        "ttft_p50": _pct([r["ttft"] for r in ok], 0.5),
+        "ttft_p99": _pct([r["ttft"] for r in ok], 0.99),
+        "latency_p50": _pct([r["latency"] for r in ok], 0.5),
+        "latency_p99": _pct([r["latency"] for r in ok], 0.99),
+    }
+
+
+def _rss(url: str) -> float:
+    import httpx
+
+    for line in httpx.get(url + "/metrics", timeout=5.0).text.splitlines():
+        if line.startswith("process_resident_memory_bytes "):
+            return float(line.split()[1])
+    return float("nan")
+
+
+async def load_run(url: str, prompts: list[str], clients: int, seconds: float, max_tokens: int) -> dict:
+    """Keep `clients` busy for `seconds`; count failures and sample server memory every few seconds."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    samples: list[tuple[float, float]] = []
+    start = time.monotonic()
+
+    async def sampler():
+        while time.monotonic() < deadline:
+            samples.append((time.monotonic() - start, await asyncio.to_thread(_rss, url)))
+            await asyncio.sleep(min(5.0, seconds / 10))
+
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        async def worker(w: int) -> list[dict]:
+            out, i = [], w
+            while time.monotonic() < deadline:
+                out.append(await one_request(client, url, prompts[i % len(prompts)], max_tokens))
+                i += clients
+            return out
+
+        results, _ = await asyncio.gather(asyncio.gather(*(worker(w) for w in range(clients))), sampler())
+    flat = [r for rs in results for r in rs]
+    half = [m for t, m in samples if t >= seconds / 2]
+    return {
+        "seconds": seconds,
+        "clients": clients,
+        "requests": len(flat),
+        "failed": sum("error" in r for r in flat),
+        "errors": sorted({r["error"] for r in flat if "error" in r})[:5],
+        "rss_mb": [(round(t, 1), round(m / 2**20, 1)) for t, m in samples],
+        "rss_growth_second_half_mb": (max(half) - half[0]) / 2**20 if half else float("nan"),
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, levels in results["modes"].items():
+        ax.plot([lv["clients"] for lv in levels], [lv["tokens_per_s"] for lv in levels], marker="o", label=mode)
+    ax.set_xlabel("concurrent clients")
+    ax.set_ylabel("aggregate tokens/s")
+    ax.set_title(f"lopa serve, {results['model']}, greedy, max_tokens {results['max_tokens']}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    levels = [int(c) for c in args.concurrency.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        print(f"lopa: error: unknown modes {sorted(unknown)}", file=sys.stderr)
+        return 2
+    prompts = load_prompts(args.prompts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"model": args.model or "default", "max_tokens": args.max_tokens, "rounds": args.rounds, "modes": {}}
+    for mode in modes:
+        with ServerProcess(MODES[mode], args.model, max(levels), args.start_timeout) as server:
+            asyncio.run(run_level(server.url, prompts, 1, 1, 8))  # warm-up: first-use profiling, allocations
+            results["modes"][mode] = []
+            for clients in levels:
+                level = asyncio.run(run_level(server.url, prompts, clients, args.rounds, args.max_tokens))
+                results["modes"][mode].append(level)
+                print(f"{mode:7s} clients {clients:3d}: {level['tokens_per_s']:7.1f} tok/s  ttft p50 {level['ttft_p50']:.2f}s "
+                      f"p99 {level['ttft_p99']:.2f}s  latency p50 {level['latency_p50']:.2f}s p99 {level['latency_p99']:.2f}s  "
+                      f"failed {level['failed']}", flush=True)
+            if mode == "lopa" and args.load_seconds > 0:
+                load = asyncio.run(load_run(server.url, prompts, min(8, max(levels)), args.load_seconds, args.max_tokens))
+                results["load"] = load
+                print(f"load run: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
+                      f"RSS growth over the second half {load['rss_growth_second_half_mb']:.1f} MB", flush=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "tokens_per_s.png")
+    print(f"wrote {out / 'results.json'} and {out / 'tokens_per_s.png'}")
+    return 0

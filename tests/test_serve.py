@@ -1,0 +1,231 @@
+"""`lopa serve` as a client sees it: a real server process on 127.0.0.1, the OpenAI client, curl-like httpx."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the servers inherit it: never oversubscribe the shared CPU
+
+from lopa.serve.bench import ServerProcess  # noqa: E402
+
+KEY = "test-key"
+PROMPTS = [
+    "Write a haiku about the sea.",
+    "List three prime numbers.",
+    "What is the capital of France?",
+    "Explain recursion to a child.",
+    "Name two colours of the rainbow.",
+    "Give me a tip for learning Python.",
+    "Why is the sky blue?",
+    "Translate 'good morning' into Spanish.",
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess([], None, max_batch=8, timeout=180.0) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def strict():
+    """One slot, one queue place, a short timeout and an API key."""
+    srv = ServerProcess(["--max-queue", "1", "--timeout", "10", "--api-key", KEY, "--drain", "60"], None, max_batch=1, timeout=180.0)
+    yield srv
+    if srv.proc.poll() is None:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from lopa import Engine
+
+    return Engine.from_pretrained()
+
+
+def chat(url: str, prompt: str, max_tokens: int = 24, **extra) -> httpx.Response:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, **extra}
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=120.0, headers=extra.pop("headers", None))
+
+
+def sse(resp: httpx.Response) -> list[str]:
+    return [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
+
+
+def test_chat_matches_engine_and_streams(server, engine):
+    from openai import OpenAI
+
+    solo = engine.generate(PROMPTS[0], max_new_tokens=24)
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24)
+    assert reply.choices[0].message.content == solo.text
+    assert reply.usage.completion_tokens == len(solo.token_ids)
+    assert reply.choices[0].finish_reason == solo.finish_reason
+    pieces = []
+    for chunk in client.chat.completions.create(model="x", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    assert "".join(pieces) == solo.text
+    text = client.completions.create(model="x", prompt="def fib(n):", max_tokens=12)
+    assert text.choices[0].text == engine.generate("def fib(n):", max_new_tokens=12, chat=False).text
+
+
+def test_stream_carries_sources_and_ends_with_done(server):
+    body = {"messages": [{"role": "user", "content": PROMPTS[1]}], "max_tokens": 16, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as resp:
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = sse(resp)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    steps = [c["lopa"] for c in chunks if "sources" in c.get("lopa", {})]
+    assert steps and all(len(s["sources"]) == len(s["tokens"]) and s["sources"][-1] == "bonus" for s in steps)
+    assert chunks[-1]["usage"]["completion_tokens"] == sum(len(s["tokens"]) for s in steps)
+
+
+def test_concurrent_clients_equal_solo_outputs(server, engine):
+    solo = [engine.generate(p, max_new_tokens=24).text for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        replies = list(pool.map(lambda p: chat(server.url, p), PROMPTS))
+    assert [r.json()["choices"][0]["message"]["content"] for r in replies] == solo
+    metrics = httpx.get(server.url + "/metrics").text
+    assert "lopa_batch_size_bucket" in metrics
+    batched = [line for line in metrics.splitlines() if line.startswith('lopa_batch_size_bucket{le="1"}')]
+    total = [line for line in metrics.splitlines() if line.startswith("lopa_batch_size_count")]
+    assert int(total[0].split()[1]) > int(batched[0].split()[1])  # some forwards verified several requests
+
+
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        (b"{not json", 400, None),
+        ({"max_tokens": 4}, 422, "messages"),
+        ({"messages": [], "max_tokens": 4}, 422, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, 422, "messages.0.role"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 422, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 422, "temperature"),
+        ({"messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 422, "top_p"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}, 400, None),
+        ({"messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 4}, 400, None),
+        ({"prompt": "   "}, 400, None),
+        ({"prompt": ["a", "b"]}, 400, None),
+        ({"prompt": "hi", "n": 2}, 422, "n"),
+    ],
+)
+def test_bad_input_gets_openai_error(server, body, status, param):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    path = "/v1/completions" if isinstance(body, dict) and "prompt" in body else "/v1/chat/completions"
+    resp = httpx.post(server.url + path, timeout=60.0, headers={"content-type": "application/json"}, **kwargs)
+    assert resp.status_code == status
+    error = resp.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error" and error["param"] == param
+
+
+def test_models_health_metrics_and_unknown_path(server):
+    assert httpx.get(server.url + "/v1/models").json()["data"][0]["object"] == "model"
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    metrics = httpx.get(server.url + "/metrics").text
+    for name in ("lopa_requests_total", "lopa_generated_tokens_total", "lopa_tokens_per_forward", "lopa_queue_depth",
+                 "lopa_request_latency_seconds_bucket", "lopa_time_to_first_token_seconds_bucket"):
+        assert name in metrics
+    missing = httpx.get(server.url + "/v1/nothing")
+    assert missing.status_code == 404 and "error" in missing.json()
+
+
+def test_disconnect_frees_the_slot(server):
+    def cancelled() -> int:
+        line = [l for l in httpx.get(server.url + "/metrics").text.splitlines() if 'outcome="cancelled"' in l]
+        return int(float(line[0].split()[1])) if line else 0
+
+    before = cancelled()
+    body = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 400, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as resp:
+        for i, _ in enumerate(resp.iter_lines()):
+            if i > 4:
+                break
+    deadline = time.monotonic() + 30
+    while cancelled() == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert cancelled() == before + 1
+    assert chat(server.url, PROMPTS[2], 8).status_code == 200
+
+
+def test_auth(server, strict):
+    assert chat(strict.url, "hi", 4).status_code == 401
+    assert chat(strict.url, "hi", 4, headers={"Authorization": "Bearer wrong"}).json()["error"]["code"] == "invalid_api_key"
+    assert chat(strict.url, "hi", 4, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+    assert httpx.get(strict.url + "/health").status_code == 200  # health and metrics stay open
+    assert chat(server.url, "hi", 4).status_code == 200  # no key configured: no auth
+
+
+def test_full_queue_and_timeout(strict):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    long = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 1000, "stream": True}
+    with httpx.Client(timeout=60.0, headers=auth) as client:
+        with client.stream("POST", strict.url + "/v1/chat/completions", json=long) as running:
+            lines = running.iter_lines()
+            next(lines)  # decoding: the one slot is taken
+            waiting = threading.Thread(target=lambda: client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False}))
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while "lopa_queue_depth 1" not in client.get(strict.url + "/metrics").text and time.monotonic() < deadline:
+                time.sleep(0.1)
+            rejected = client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False})
+            assert rejected.status_code == 429 and rejected.headers["retry-after"]
+            assert rejected.json()["error"]["type"] == "rate_limit_error"
+            events = [line[6:] for line in lines if line.startswith("data: ")]  # the 10 s timeout ends it with an error event
+            assert json.loads(events[-2])["error"]["type"] == "timeout" and events[-1] == "[DONE]"
+            waiting.join(30)
+
+
+def test_sigterm_drains_and_exits(strict):
+    auth = {"Authorization": f"Bearer {KEY}"}
+    body = {"messages": [{"role": "user", "content": PROMPTS[6]}], "max_tokens": 20, "stream": True}
+    with httpx.stream("POST", strict.url + "/v1/chat/completions", json=body, headers=auth, timeout=60.0) as resp:
+        lines = resp.iter_lines()
+        next(lines)
+        strict.proc.send_signal(signal.SIGTERM)
+        events = [line[6:] for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and "usage" in json.loads(events[-2])
+    assert strict.proc.wait(60) == 0
+
+
+@pytest.mark.skipif(not shutil.which("chromium") or not shutil.which("chromedriver"), reason="chromium not installed")
+def test_web_page_streams_coloured_tokens(server, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(server.url + "/")
+        prompt = driver.find_element(By.ID, "prompt")
+        prompt.clear()
+        prompt.send_keys("Repeat after me: one two three, one two three, one two three.")
+        driver.find_element(By.ID, "max").clear()
+        driver.find_element(By.ID, "max").send_keys("32")
+        driver.find_element(By.ID, "go").click()
+        WebDriverWait(driver, 90).until(lambda d: d.find_element(By.ID, "state").text == "done")
+        spans = driver.find_elements(By.CSS_SELECTOR, "#out span.tok")
+        assert len(spans) == int(driver.find_element(By.ID, "ntok").text) > 0
+        assert {s.get_attribute("title") for s in spans} >= {"bonus"}
+        assert float(driver.find_element(By.ID, "tpf").text) >= 1.0
+        assert not driver.find_element(By.ID, "error").text
+    finally:
+        driver.quit()
