@@ -127,7 +127,7 @@ def test_builtin_set_covers_the_scenarios(engine):
     assert BUILTIN.parent.name == "bench"
 
 
-def test_select_limits_per_category_reproducibly(tiny_data, tmp_path):
+def test_select_limits_per_category_reproducibly(tmp_path):
     rows = [{"question_id": i, "category": "qa" if i % 2 else "rag", "turns": [f"q{i}"]} for i in range(10)]
     path = tmp_path / "many.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))

@@ -81,7 +81,7 @@ class _Echo(torch.nn.Module):
 
 @pytest.mark.parametrize("shift", [False, True])
 def test_logit_alignment(shift):
-    ad = FullSequenceAdapter(_Echo(), mask_token_id=9, eos_token_id=None, shift=shift, max_len=64)
+    ad = FullSequenceAdapter(_Echo(), mask_token_id=9, shift=shift, max_len=64)
     ctx = ad.begin([1, 2, 3])
     got = ad.logits(ctx, torch.tensor([[4, 5]])).argmax(-1).tolist()
     assert got == ([[3, 4]] if shift else [[4, 5]])   # Dream: logits at i-1 predict token i

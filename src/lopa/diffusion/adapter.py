@@ -35,7 +35,6 @@ class CachedAdapter:
     def __init__(self, model: DLLM):
         self.model = model.eval()
         self.mask_token_id = model.cfg.mask_token_id
-        self.eos_token_id = model.cfg.eos_token_id
         self.max_len = model.cfg.max_len
         self.vocab_size = model.cfg.vocab_size
         self.device = next(model.parameters()).device
@@ -72,9 +71,9 @@ class CachedAdapter:
 class FullSequenceAdapter:
     """Adapter of a Hugging Face masked diffusion LM: full bidirectional forward each call."""
 
-    def __init__(self, model, mask_token_id: int, eos_token_id: int | None, shift: bool, max_len: int):
+    def __init__(self, model, mask_token_id: int, shift: bool, max_len: int):
         self.model = model.eval()
-        self.mask_token_id, self.eos_token_id = mask_token_id, eos_token_id
+        self.mask_token_id = mask_token_id
         self.shift, self.max_len = shift, max_len
         head = model.get_output_embeddings()   # logits width, which may exceed config.vocab_size
         self.vocab_size = head.weight.shape[0] if head is not None else model.config.vocab_size

@@ -61,8 +61,7 @@ def _load_hf(path: Path, trust_remote_code: bool, shift: bool | None):
     if shift is None:
         shift = getattr(config, "model_type", "").lower() in SHIFTED_TYPES
     max_len = getattr(config, "max_position_embeddings", None) or 4096
-    eos = getattr(tok, "eos_token_id", None)
-    return FullSequenceAdapter(model, int(mask_id), eos, shift, max_len), tok
+    return FullSequenceAdapter(model, int(mask_id), shift, max_len), tok
 
 
 def load_dllm(path: str | Path | None = None, trust_remote_code: bool = False, shift: bool | None = None):

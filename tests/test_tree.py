@@ -1,0 +1,94 @@
+"""The candidate tree: confidence filter, top-k per depth, budget, and best-first connectivity."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lopa.decode.verify import accept_greedy
+from lopa.decode.window import CostModel, WindowController
+from lopa.draft.base import Proposal
+from lopa.draft.ngram import JacobiPoolDrafter, PromptLookupDrafter
+from lopa.draft.tree import TreeLimits, build_tree
+
+
+def test_tau_filter_drops_nodes_far_below_the_best_at_their_depth() -> None:
+    proposals = [Proposal([1, 2], [0.9, 0.9], "a"), Proposal([3], [0.5], "b"), Proposal([4], [0.7], "c")]
+    tree = build_tree(0, proposals, TreeLimits(max_depth=4, node_budget=10, tau=0.7))
+    assert sorted(tree.tokens[c] for c in tree.children[0]) == [1, 4]  # 0.5 < 0.7 * 0.9 < 0.7
+    assert tree.path_tokens(tree.find_path([1, 2])[-1]) == [0, 1, 2]
+
+
+def test_shared_prefixes_merge_and_budget_keeps_the_best_paths() -> None:
+    proposals = [Proposal([5, 6, 7], [0.9] * 3, "a"), Proposal([5, 6, 8], [0.8] * 3, "b"), Proposal([9], [0.85], "c")]
+    tree = build_tree(0, proposals, TreeLimits(max_depth=4, node_budget=3, tau=0.1))
+    assert tree.size == 4 and tree.tokens.count(5) == 1
+    assert tree.find_path([5, 6, 7])[-1] != 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(0, 6), min_size=1, max_size=5), st.floats(0.05, 1.0)),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 12),
+    st.integers(1, 4),
+)
+def test_trees_are_connected_topological_and_within_limits(raw, budget, top_k) -> None:
+    proposals = [Proposal(tokens, [conf] * len(tokens), "x") for tokens, conf in raw]
+    limits = TreeLimits(max_depth=4, node_budget=budget, top_k_per_depth=top_k, tau=0.7)
+    tree = build_tree(99, proposals, limits)
+    assert tree.size - 1 <= budget and tree.depth <= 4
+    for node in range(1, tree.size):
+        parent = tree.parents[node]
+        assert parent < node and tree.depths[node] == tree.depths[parent] + 1
+        assert node in tree.children[parent]
+    for depth in range(1, tree.depth + 1):
+        assert sum(d == depth for d in tree.depths) <= top_k
+    siblings = [[tree.tokens[c] for c in kids] for kids in tree.children]
+    assert all(len(s) == len(set(s)) for s in siblings)
+
+
+def test_greedy_acceptance_walks_the_matching_path() -> None:
+    tree = build_tree(0, [Proposal([1, 2, 3], [0.9] * 3, "a"), Proposal([1, 4], [0.8] * 2, "b")], TreeLimits(4, 10, tau=0.1))
+    argmax = [0] * tree.size
+    argmax[0], argmax[tree.find_path([1])[-1]] = 1, 4
+    argmax[tree.find_path([1, 4])[-1]] = 7
+    path, bonus = accept_greedy(tree, argmax)
+    assert [tree.tokens[i] for i in path] == [0, 1, 4] and bonus == 7
+
+
+def test_cost_model_keeps_only_nodes_that_pay_for_themselves() -> None:
+    cpu = CostModel({1: 0.06, 4: 0.09, 8: 0.15})
+    control = WindowController(k_max=8, node_budget=32, cost=cpu)
+    assert control.choose_size([0.1]) == 0  # 1.1 tokens for 1.17x the cost: not worth it
+    assert control.choose_size([0.9, 0.8, 0.7, 0.05]) == 3
+    assert WindowController(8, 32, CostModel.flat()).choose_size([0.01] * 5) == 5
+
+
+def test_window_follows_the_lopa_perplexity_rule() -> None:
+    control = WindowController(k_max=6, node_budget=32, cost=CostModel.flat(), window=3)
+    for step, ppl in enumerate([2.0] * 4 + [1.5] * 4):
+        control.update(step, 4, [-math.log(ppl)])
+    assert control.window == 4  # perplexity fell by 0.5 > 0.15
+    for step, ppl in enumerate([2.5] * 4, start=8):
+        control.update(step, 4, [-math.log(ppl)])
+    assert control.window == 3 and len(control.decisions) == 2
+
+
+def test_prompt_lookup_proposes_what_followed_the_suffix() -> None:
+    drafter = PromptLookupDrafter(max_ngram=2, max_matches=2)
+    prompt = [1, 2, 3, 4, 9, 2, 3, 5, 6]
+    drafter.start(prompt)
+    proposals = drafter.propose(prompt + [2, 3], max_depth=3)
+    assert [p.tokens for p in proposals] == [[5, 6, 2], [4, 9, 2]]  # most recent match first
+
+
+def test_ngram_pool_is_seeded_from_the_prompt() -> None:
+    drafter = JacobiPoolDrafter(ngram_size=3, guesses=2, window=3)
+    drafter.start([7, 8, 9, 7, 5, 6])
+    assert sorted(p.tokens for p in drafter.propose([1, 7], max_depth=2)) == [[5, 6], [8, 9]]
