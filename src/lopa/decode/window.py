@@ -76,8 +76,8 @@ class WindowController:
         self._lopa_rule(step)
 
     def _lopa_rule(self, step: int, span: int = 4) -> None:
-        """Widen when the recent perplexity fell by > 0.15, shrink when it rose by > 0.1."""
-        if not self.dynamic or len(self.ppl_history) < 2 * span:
+        """Every `span` steps: widen if perplexity fell by > 0.15 against the span before, shrink if it rose by > 0.1."""
+        if not self.dynamic or len(self.ppl_history) < 2 * span or len(self.ppl_history) % span:
             return
         prev = sum(self.ppl_history[-2 * span : -span]) / span
         now = sum(self.ppl_history[-span:]) / span
