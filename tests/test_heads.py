@@ -143,27 +143,34 @@ def test_heads_for_another_model_are_refused(engine, heads_dir, tmp_path, key, v
         Engine(engine.loaded, heads=other)
 
 
-def test_best_paths_are_ranked_by_probability_product():
+def test_best_paths_are_the_leaves_of_the_most_probable_tree():
     probs = [[0.6, 0.3], [0.9, 0.05], [0.5, 0.4]]
-    paths = best_paths(probs, 3)
-    score = [probs[0][a] * probs[1][b] * probs[2][c] for a, b, c in paths]
-    assert paths[0] == (0, 0, 0) and score == sorted(score, reverse=True) and len(set(paths)) == 3
+    every = [(a,) for a in range(2)] + [(a, b) for a in range(2) for b in range(2)]
+    every += [(a, b, c) for a in range(2) for b in range(2) for c in range(2)]
+    score = {n: torch.tensor([probs[d][j] for d, j in enumerate(n)]).prod().item() for n in every}
+    for limit in (1, 3, 4, 6):
+        top = sorted(every, key=lambda n: -score[n])[:limit]
+        leaves = {n for n in top if not any(m[: len(n)] == n and m != n for m in top)}
+        assert set(best_paths(probs, limit)) == leaves
 
 
 def test_drafter_proposes_from_the_last_accepted_hidden_state(engine, heads_dir):
     heads = load_heads(heads_dir, engine.loaded)
-    drafter = HeadsDrafter(heads, top_k=3, max_paths=5)
+    drafter = HeadsDrafter(heads, top_k=3, max_nodes=5)
     drafter.start([1, 2, 3])
     assert drafter.propose([1, 2, 3], 8) == []  # no verification step seen yet
     tree = build_tree(3, [], TreeLimits(4, 8))
     hidden = torch.randn(1, engine.model.config.hidden_size)
     drafter.observe(StepFeedback([1, 2, 3], tree, [4], [0], [4], hidden))
     proposals = drafter.propose([1, 2, 3, 4], 2)
-    assert len(proposals) == 5 and all(p.source == "heads" for p in proposals)
-    assert all(len(p.tokens) == 2 and all(0 < c <= 1 for c in p.confidences) for p in proposals)
     probs, ids = heads.top_k(hidden[0], 4, 3)
-    assert proposals[0].tokens == ids[:2, 0].tolist()
-    assert proposals[0].confidences == pytest.approx(probs[:2, 0].tolist())
+    assert all(p.source == "heads" and 1 <= len(p.tokens) <= 2 for p in proposals)
+    nodes = {tuple(p.tokens[:d]) for p in proposals for d in range(1, len(p.tokens) + 1)}
+    assert len(nodes) == 5 and (int(ids[0, 0]),) in nodes
+    for p in proposals:
+        for d, (tok, conf) in enumerate(zip(p.tokens, p.confidences)):
+            j = ids[d].tolist().index(tok)
+            assert conf == pytest.approx(float(probs[d, j])) and 0 < conf <= 1
 
 
 def test_greedy_with_heads_is_identical_to_plain_decoding(engine):

@@ -13,6 +13,7 @@ from .decode.loop import Drafting, StepRecord, decode
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
 from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
+from .draft.int8_draft import Int8Drafter
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.profile import load_or_measure_costs
@@ -66,15 +67,20 @@ class StreamChunk:
 class Engine:
     """A loaded model plus everything needed to decode it losslessly with lookahead drafting."""
 
-    def __init__(self, loaded: LoadedModel, draft: DraftConfig | None = None, heads: HeadsSpec = None):
+    def __init__(
+        self, loaded: LoadedModel, draft: DraftConfig | None = None, heads: HeadsSpec = None, max_verify_tokens: int | None = None
+    ):
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.draft = draft or DraftConfig()
         self.draft.validate()
         self.heads = heads_for(loaded, heads, self.draft.use_heads)  # None: no lookahead heads
-        self.runner = Runner(self.model)
+        if max_verify_tokens is not None and max_verify_tokens < 1:
+            raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
+        self.runner = Runner(self.model, max_verify_tokens)
         self._cost: CostModel | None = None
+        self._int8_runner: Runner | None = None
         self.eos_ids = self._eos_ids()
 
     @classmethod
@@ -83,16 +89,19 @@ class Engine:
         model: str | None = None,
         *,
         device: str = "cpu",
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | str | None = None,
         draft: DraftConfig | None = None,
         trust_remote_code: bool = False,
         heads: HeadsSpec = None,
+        max_verify_tokens: int | None = None,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
+        `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner).
         """
-        return cls(load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code), draft, heads)
+        loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        return cls(loaded, draft, heads, max_verify_tokens)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -106,6 +115,13 @@ class Engine:
         if self._cost is None:
             self._cost = CostModel(load_or_measure_costs(self.runner, self.loaded.fingerprint))
         return self._cost
+
+    @property
+    def int8_runner(self) -> Runner:
+        """A runner over an int8 copy of the model (loaded on first use), for the int8 drafter."""
+        if self._int8_runner is None:
+            self._int8_runner = Runner(load_model(str(self.loaded.path), dtype="int8").model)
+        return self._int8_runner
 
     @property
     def has_chat_template(self) -> bool:
@@ -130,7 +146,8 @@ class Engine:
         text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
-    def _drafting(self) -> Drafting:
+    def new_drafting(self) -> Drafting:
+        """Fresh drafters and window controller for one sequence (they keep per-request state)."""
         c = self.draft
         drafters = []
         if c.use_prompt_lookup:
@@ -139,6 +156,8 @@ class Engine:
             drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
         if self.heads is not None:
             drafters.append(HeadsDrafter(self.heads, c.top_k_per_depth))
+        if c.use_int8_draft:
+            drafters.append(Int8Drafter(self.int8_runner, depth=c.int8_draft_depth))
         controller = WindowController(c.max_depth, c.node_budget, self.cost_model, c.dynamic_window)
         return Drafting(drafters, controller, c)
 
@@ -159,7 +178,7 @@ class Engine:
         cfg = _merge_config(config, overrides)
         prompt_ids = self.encode_prompt(prompt, chat)
         self._check(prompt_ids, cfg)
-        drafting = self._drafting() if cfg.method == "lopa" else None
+        drafting = self.new_drafting() if cfg.method == "lopa" else None
         stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
         text = TextStream(self.tokenizer, cfg.stop, self.eos_ids)
         start = time.perf_counter()

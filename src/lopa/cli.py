@@ -12,7 +12,7 @@ from .diffusion import cli as diffusion_cli
 from .errors import InvalidRequestError, LopaError
 
 # Feature packages add their subcommands through a `register(subparsers)` function.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("lopa.train.cli", "lopa.serve.cli", "lopa.bench.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("lopa.train.cli", "lopa.serve.cli", "lopa.bench.cli", "lopa.models.profile_cli")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -25,7 +25,10 @@ class _Parser(argparse.ArgumentParser):
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default=None, help="default: fp32 on CPU, bf16 on CUDA")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "int8"], default=None,
+                        help="default: fp32 on CPU, bf16 on CUDA; int8: dynamic int8 linear layers (CPU)")
+    parser.add_argument("--max-verify-tokens", type=int, default=None, metavar="N",
+                        help="feed trees and prompts longer than N tokens in chunks (less peak memory, same output)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
     parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
     parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
@@ -37,10 +40,11 @@ def load_engine(args: argparse.Namespace):
 
     from .api import Engine
 
-    dtype = getattr(torch, args.dtype) if args.dtype else None
+    dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
     heads = False if args.no_heads else args.heads
     return Engine.from_pretrained(
-        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads
+        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads,
+        max_verify_tokens=args.max_verify_tokens,
     )
 
 

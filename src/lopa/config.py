@@ -54,6 +54,8 @@ class DraftConfig:
     use_prompt_lookup: bool = True
     use_ngram_pool: bool = True
     use_heads: bool = True
+    use_int8_draft: bool = False  # an int8 copy of the model drafts a greedy chain (lossless; CPU)
+    int8_draft_depth: int = 4  # tokens the int8 drafter proposes per step (each one int8 forward)
     ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
     pool_guesses: int = 4  # G: guesses kept per key in the pool
     jacobi_window: int = 5  # W: length of the Jacobi guess chain carried from step to step

@@ -17,6 +17,7 @@ another model are refused with ModelLoadError.
 
 from __future__ import annotations
 
+import heapq
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -232,7 +233,7 @@ def _fits(path: Path, loaded) -> bool:
 
 
 class HeadsDrafter:
-    """Proposes the best paths through the heads' per-depth top-k, scored by the product of probabilities.
+    """Proposes the most probable tree through the heads' per-depth top-k (path probability = product).
 
     It drafts from the hidden state of the last accepted node of the previous step, so
     the first step after prefill gets no head proposals.
@@ -240,10 +241,10 @@ class HeadsDrafter:
 
     source = "heads"
 
-    def __init__(self, heads: LookaheadHeads, top_k: int = 4, max_paths: int = 8):
+    def __init__(self, heads: LookaheadHeads, top_k: int = 4, max_nodes: int = 24):
         self.heads = heads
         self.top_k = top_k
-        self.max_paths = max_paths
+        self.max_nodes = max_nodes
         self.hidden: torch.Tensor | None = None
 
     def start(self, prompt: Sequence[int]) -> None:
@@ -260,15 +261,24 @@ class HeadsDrafter:
         probs, ids = probs[:depth].tolist(), ids[:depth].tolist()
         return [
             Proposal([ids[d][j] for d, j in enumerate(path)], [probs[d][j] for d, j in enumerate(path)], self.source)
-            for path in best_paths(probs, self.max_paths)
+            for path in best_paths(probs, self.max_nodes)
         ]
 
 
 def best_paths(probs: list[list[float]], limit: int) -> list[tuple[int, ...]]:
-    """The `limit` full-depth index paths with the highest product of per-depth probabilities (sorted rows)."""
-    paths: list[tuple[float, tuple[int, ...]]] = [(1.0, ())]
-    for row in probs:
-        grown = [(p * q, path + (j,)) for p, path in paths for j, q in enumerate(row)]
-        grown.sort(key=lambda item: -item[0])
-        paths = grown[:limit]
-    return [path for _, path in paths]
+    """Leaves of the `limit`-node tree with the highest path probabilities (products of per-depth probabilities).
+
+    Every prefix of a chosen node scores at least as high, so the chosen nodes form a
+    tree; alternatives at shallow depths win over long shots deep down.
+    """
+    frontier = [(-q, (j,)) for j, q in enumerate(probs[0])]
+    heapq.heapify(frontier)
+    chosen: list[tuple[int, ...]] = []
+    while frontier and len(chosen) < limit:
+        score, node = heapq.heappop(frontier)
+        chosen.append(node)
+        if len(node) < len(probs):
+            for j, q in enumerate(probs[len(node)]):
+                heapq.heappush(frontier, (score * q, node + (j,)))
+    prefixes = {node[:d] for node in chosen for d in range(1, len(node))}
+    return [node for node in chosen if node not in prefixes]

@@ -17,6 +17,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
+from .fastlinear import pack_linears
+from .quantize import INT8, quantize_int8
 
 
 @dataclass
@@ -99,14 +101,20 @@ def load_model(
     spec: str | None = None,
     *,
     device: str = "cpu",
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     trust_remote_code: bool = False,
+    pack: bool = True,
 ) -> LoadedModel:
-    """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default)."""
+    """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default).
+
+    dtype "int8": fp32 weights with the decoder's linear layers quantized to dynamic int8 (CPU).
+    pack: give fp32 CPU linear layers oneDNN-packed weights for multi-token forwards (models/fastlinear.py).
+    """
     start = time.perf_counter()
     hf_logging.disable_progress_bar()
     name, path = resolve_model_dir(spec)
-    dtype = dtype or default_dtype(device)
+    int8 = dtype == INT8
+    dtype = torch.float32 if int8 else dtype or default_dtype(device)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
@@ -117,4 +125,8 @@ def load_model(
         raise ModelLoadError(f"could not load a causal LM from {path}: {exc}") from exc
     model.to(device).eval()
     model.requires_grad_(False)
+    if int8:
+        quantize_int8(model)
+    if pack:
+        pack_linears(model)
     return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)

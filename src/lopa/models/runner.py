@@ -29,25 +29,37 @@ class ForwardOutput:
 def tree_mask(
     prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor, window: int | None, dtype
 ) -> torch.Tensor:
-    """Additive mask [B, 1, T, start + T]: row b's tree (written at slots start..) sees its first prefix[b]
-    committed slots and its own ancestors; `window` also hides keys more than window - 1 positions back."""
-    b, t = positions.shape
+    """Additive mask [B, 1, T, start + K] for T queries over a tree of K >= T nodes written at slots start..
+    (the queries are its last T nodes). Row b sees its first prefix[b] committed slots and its own ancestors
+    (ancestors [B, T, K]); `window` also hides keys more than window - 1 positions back. positions [B, K]."""
+    b, t, k = ancestors.shape
     slots = torch.arange(start, device=positions.device)
     committed = (slots[None, None, :] < prefix[:, None, None]).expand(b, t, start)
     allowed = torch.cat([committed, ancestors], dim=2)
     if window is not None:
         kv_pos = torch.cat([slots.expand(b, start), positions], dim=1)
-        allowed &= kv_pos[:, None, :] > positions[:, :, None] - window
-    mask = torch.zeros(b, t, start + t, dtype=dtype, device=positions.device)
+        allowed &= kv_pos[:, None, :] > positions[:, k - t :, None] - window
+    mask = torch.zeros(b, t, start + k, dtype=dtype, device=positions.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[:, None]
+
+
+def chunks(total: int, limit: int | None) -> list[tuple[int, int]]:
+    """[lo, hi) node ranges of at most `limit` nodes covering 0..total (one range when limit is None)."""
+    step = limit or total
+    return [(lo, min(lo + step, total)) for lo in range(0, total, step)]
 
 
 class Runner:
     """Owns the KV cache of one sequence and runs prefill, tree verification and commits."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel, max_verify_tokens: int | None = None):
+        """`max_verify_tokens` caps the tokens of one model call: longer trees (and prompts) are fed in
+        chunks, each attending to the rows the earlier chunks wrote, with the same outputs."""
+        if max_verify_tokens is not None and max_verify_tokens < 1:
+            raise ValueError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.model = model
+        self.max_verify_tokens = max_verify_tokens
         self.config = model.config.get_text_config()
         layer_types = getattr(self.config, "layer_types", None) or ["full_attention"] * self.config.num_hidden_layers
         unknown = set(layer_types) - SUPPORTED_LAYER_TYPES
@@ -102,16 +114,29 @@ class Runner:
     def forward(
         self, tokens: torch.Tensor, depths: torch.Tensor, ancestors: torch.Tensor, last_only: bool = False
     ) -> ForwardOutput:
-        """Run tokens [T] at positions length + depths [T]; ancestors [T, T] bool includes the diagonal."""
+        """Run tokens [T] at positions length + depths [T]; ancestors [T, T] bool includes the diagonal.
+
+        Nodes must come parents first, so a chunk of the tree only attends to itself and earlier chunks."""
         assert self.cache is not None, "call reset() first"
-        t = tokens.numel()
-        if self.length + t > self.cache.capacity:
-            raise RuntimeError(f"KV cache overflow: {self.length} + {t} > {self.cache.capacity}")
-        positions = (depths + self.length).to(self.device)[None]
-        prefix = torch.tensor([self.length], device=self.device)
-        mask = self.masks(prefix, self.length, positions, ancestors.to(self.device)[None])
-        logits, hidden = self.run(self.cache, tokens[None], positions, mask, last_only)
-        return ForwardOutput(logits[0], hidden[0])
+        t, base = tokens.numel(), self.length
+        if base + t > self.cache.capacity:
+            raise RuntimeError(f"KV cache overflow: {base} + {t} > {self.cache.capacity}")
+        positions = (depths + base).to(self.device)[None]
+        prefix = torch.tensor([base], device=self.device)
+        ancestors = ancestors.to(self.device)[None]
+        parts = chunks(t, self.max_verify_tokens)
+        logits, hidden = [], []
+        for lo, hi in parts:
+            self.cache.set_length(base + lo)
+            mask = self.masks(prefix, base, positions[:, :hi], ancestors[:, lo:hi, :hi])
+            part_logits, part_hidden = self.run(self.cache, tokens[None, lo:hi], positions[:, lo:hi], mask, last_only)
+            logits.append(part_logits[0])
+            hidden.append(part_hidden[0])
+        self.cache.set_length(base)
+        self.forwards -= len(parts) - 1  # a chunked verification is still one decoding step
+        if last_only:
+            return ForwardOutput(logits[-1], hidden[-1])
+        return ForwardOutput(torch.cat(logits), torch.cat(hidden))
 
     def prefill(self, ids: torch.Tensor) -> ForwardOutput:
         """Feed the prompt causally, commit it, and return the last position's logits."""

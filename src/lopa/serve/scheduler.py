@@ -149,7 +149,7 @@ class Scheduler:
         while len(self.active) < self.max_batch and self.pending:
             job = self._pick()
             try:
-                drafting = self.engine._drafting() if job.cfg.method == "lopa" else None
+                drafting = self.engine.new_drafting() if job.cfg.method == "lopa" else None
                 job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, drafting)
                 job.text = TextStream(self.engine.tokenizer, job.cfg.stop, self.engine.eos_ids)
                 slot = len(self.active)

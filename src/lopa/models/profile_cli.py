@@ -1,0 +1,102 @@
+"""`lopa profile`: the forward-cost curves and memory floor of a model on this machine, as JSON and a PNG.
+
+It also writes the cached latency curve the engine's dynamic window reads, so a profile
+taken on a quiet machine is what later runs size their trees by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import InvalidRequestError
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(sorted({int(s) for s in text.split(",") if s.strip()}))
+    except ValueError:
+        raise InvalidRequestError(f"expected comma-separated integers, got {text!r}") from None
+    if not sizes or sizes[0] < 1:
+        raise InvalidRequestError(f"sizes must be integers >= 1, got {text!r}")
+    return sizes
+
+
+def register(subparsers) -> None:
+    from .. import cli as lopa_cli
+
+    p = subparsers.add_parser(
+        "profile", help="measure forward latency vs tree size and prefix, and the memory floor",
+        description="Write profile.json and profile.png to --out, and the latency cache the dynamic window reads.",
+    )
+    lopa_cli.add_model_options(p)
+    p.add_argument("--out", default="profile", metavar="DIR", help="where profile.json and profile.png go (default: ./profile)")
+    p.add_argument("--sizes", default="1,2,4,8,16,32,64", help="tokens per forward to time")
+    p.add_argument("--prefixes", default="128,512,1024", help="committed prefix lengths to time a 1-token forward at")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median kept)")
+    p.add_argument("--no-cache", action="store_true", help="do not write the engine's cached latency curve")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import cli as lopa_cli
+    from .profile import full_profile, profile_path, save_profile
+
+    sizes, prefixes = _sizes(args.sizes), _sizes(args.prefixes)
+    if args.reps < 1:
+        raise InvalidRequestError("--reps must be >= 1")
+    engine = lopa_cli.load_engine(args)
+    data = full_profile(engine.runner, sizes, prefixes, args.reps)
+    data["model"] = engine.loaded.name
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "profile.json").write_text(json.dumps(data, indent=1))
+    plot_profile(data, out / "profile.png")
+    if not args.no_cache:
+        save_profile(profile_path(engine.loaded.fingerprint, engine.runner), data)
+    _print_table(data)
+    print(f"wrote {out / 'profile.json'} and {out / 'profile.png'}")
+    return 0
+
+
+def _print_table(data: dict) -> None:
+    floor = data["memory_floor_s"]
+    print(f"weights {data['weight_bytes'] / 1e6:.0f} MB, copy bandwidth {data['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+          f"memory floor {floor * 1e3:.1f} ms ({data['precision']}, {data['threads']} threads)")
+    print("tokens  ms      x 1-token  x floor")
+    one = data["latency_s"].get(1)
+    for t, s in data["latency_s"].items():
+        rel = f"{s / one:9.2f}" if one else "        -"
+        print(f"{t:>6}  {s * 1e3:6.1f}  {rel}  {s / floor:7.2f}")
+    for p, s in data["latency_by_prefix_s"].items():
+        print(f"prefix {p:>5}: 1-token forward {s * 1e3:.1f} ms")
+
+
+def plot_profile(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    floor_ms = data["memory_floor_s"] * 1e3
+    sizes = list(data["latency_s"])
+    left.plot(sizes, [data["latency_s"][t] * 1e3 for t in sizes], "o-", label="forward")
+    left.axhline(floor_ms, color="grey", ls="--", label=f"memory floor {floor_ms:.1f} ms")
+    left.set_xscale("log", base=2)
+    left.set_xlabel("tokens in the forward")
+    left.set_ylabel("latency (ms)")
+    left.set_title(f"prefix {data['prefix']} tokens")
+    left.legend()
+    prefixes = list(data["latency_by_prefix_s"])
+    right.plot(prefixes, [data["latency_by_prefix_s"][p] * 1e3 for p in prefixes], "s-", label="1-token forward")
+    right.axhline(floor_ms, color="grey", ls="--", label="memory floor")
+    right.set_xlabel("committed prefix length (tokens)")
+    right.set_ylabel("latency (ms)")
+    right.set_title("1-token forward vs prefix")
+    right.legend()
+    fig.suptitle(f"{data.get('model', '')} {data['precision']} on {data['device']}, {data['threads']} threads")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

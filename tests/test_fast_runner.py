@@ -1,0 +1,100 @@
+"""The fast runner: packed linears, int8, chunked verification and `lopa profile` keep outputs exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lopa import Engine
+from lopa.cli import main
+from lopa.config import DraftConfig
+from lopa.models.fastlinear import PackedLinear
+from lopa.models.loading import load_model
+from lopa.models.quantize import Int8Linear
+from lopa.models.runner import Runner
+
+from .test_runner import random_tree
+
+PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain how a hash map works."]
+
+
+@pytest.fixture(scope="module")
+def int8_engine() -> Engine:
+    return Engine.from_pretrained(dtype="int8", heads=False)
+
+
+def test_packed_runner_matches_eager_runner(engine: Engine) -> None:
+    assert any(isinstance(m, PackedLinear) for m in engine.model.modules()), "CPU fp32 models load with packed linears"
+    eager = Engine(load_model(pack=False))
+    assert not any(isinstance(m, PackedLinear) for m in eager.model.modules())
+    for prompt in PROMPTS:
+        want = eager.generate(prompt, max_new_tokens=40, method="ar").token_ids
+        assert engine.generate(prompt, max_new_tokens=40).token_ids == want
+        assert engine.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+
+
+def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
+    assert any(isinstance(m, Int8Linear) for m in int8_engine.model.modules())
+    for prompt in PROMPTS:
+        plain = int8_engine.generate(prompt, max_new_tokens=40, method="ar")
+        lopa = int8_engine.generate(prompt, max_new_tokens=40)
+        assert lopa.token_ids == plain.token_ids
+
+
+def test_int8_drafter_is_lossless(engine: Engine, int8_engine: Engine) -> None:
+    drafted = Engine(engine.loaded, DraftConfig(use_int8_draft=True, use_heads=False), heads=False)
+    drafted._int8_runner = Runner(int8_engine.model)  # share the loaded int8 model
+    result = drafted.generate(PROMPTS[0], max_new_tokens=32)
+    assert result.token_ids == engine.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids
+    assert any("int8" in step["sources"] for step in result.stats.steps)
+
+
+def test_int8_drafter_is_off_by_default() -> None:
+    assert DraftConfig().use_int8_draft is False
+
+
+@pytest.mark.parametrize("limit", [1, 4, 5])
+def test_chunked_verification_equals_one_shot(engine: Engine, limit: int) -> None:
+    prompt = torch.tensor(engine.tokenizer("Chunked verification must match one-shot verification:").input_ids)
+    tree = random_tree(root=464, size=14, vocab=5000, seed=3)
+    outputs = []
+    for runner in (Runner(engine.model), Runner(engine.model, max_verify_tokens=limit)):
+        runner.reset(prompt.numel() + 40)
+        first = runner.prefill(prompt)
+        out = runner.forward(*tree.tensors())
+        leaf = max(range(tree.size), key=lambda n: tree.depths[n])
+        runner.commit(tree.path_nodes(leaf))
+        nxt = runner.forward(*random_tree(root=13, size=6, vocab=5000, seed=4).tensors())
+        outputs.append((first, out, nxt, runner.forwards))
+    (first, out, nxt, forwards), (c_first, c_out, c_nxt, c_forwards) = outputs
+    assert c_forwards == forwards == 2  # a chunked verification still counts as one decoding forward
+    for a, b in ((first, c_first), (out, c_out), (nxt, c_nxt)):
+        assert a.logits.shape == b.logits.shape and a.hidden.shape == b.hidden.shape
+        torch.testing.assert_close(b.logits, a.logits, atol=5e-4, rtol=0)  # float noise: M-dependent kernels
+        torch.testing.assert_close(b.hidden, a.hidden, atol=5e-4, rtol=0)
+        assert torch.equal(b.logits.argmax(-1), a.logits.argmax(-1))
+
+
+def test_chunked_engine_generates_the_same_tokens(engine: Engine) -> None:
+    chunked = Engine(engine.loaded, engine.draft, heads=False, max_verify_tokens=3)
+    want = engine.generate(PROMPTS[1], max_new_tokens=40, method="ar").token_ids
+    assert chunked.generate(PROMPTS[1], max_new_tokens=40).token_ids == want
+
+
+def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "prof"
+    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-heads"])
+    assert code == 0
+    data = json.loads((out / "profile.json").read_text())
+    assert set(data["latency_s"]) == {"1", "2"} and all(v > 0 for v in data["latency_s"].values())
+    assert set(data["latency_by_prefix_s"]) == {"16"}
+    assert data["weight_bytes"] > 100e6 and data["copy_bandwidth_bytes_per_s"] > 0
+    assert data["memory_floor_s"] == pytest.approx(data["weight_bytes"] / data["copy_bandwidth_bytes_per_s"])
+    assert (out / "profile.png").stat().st_size > 1000
+
+
+def test_profile_rejects_bad_sizes(capsys) -> None:
+    assert main(["profile", "--sizes", "0,x", "--no-cache"]) == 2
+    assert "error" in capsys.readouterr().err
