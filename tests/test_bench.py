@@ -17,19 +17,10 @@ from lopa.bench.methods import parse_methods
 from lopa.bench.suite import Item, encode
 from lopa.errors import InvalidRequestError
 
-torch.set_num_threads(1)
-
 TINY = [
     {"question_id": 1, "category": "writing", "turns": ["Write one sentence about the sea.", "Now make it rhyme."]},
     {"question_id": 2, "category": "coding", "turns": ["Write a Python function that adds two numbers."]},
 ]
-
-
-@pytest.fixture(scope="module")
-def engine():
-    from lopa.api import Engine
-
-    return Engine.from_pretrained()
 
 
 @pytest.fixture()

@@ -51,8 +51,36 @@ def test_int8_drafter_is_lossless(engine: Engine, int8_engine: Engine) -> None:
     assert any("int8" in step["sources"] for step in result.stats.steps)
 
 
-def test_int8_drafter_is_off_by_default() -> None:
+def test_int8_drafter_and_lossy_mode_are_off_by_default(engine: Engine) -> None:
     assert DraftConfig().use_int8_draft is False
+    assert DraftConfig().lossy_int8_verify is False
+    assert main_parser_defaults()["lossy_int8_verify"] is False
+    assert engine._lossy is None and engine.generate(PROMPTS[0], max_new_tokens=8).stats.method == "lopa"
+    assert engine._lossy is None  # an ordinary generation never builds the lossy runner
+
+
+def main_parser_defaults() -> dict:
+    from lopa.cli import build_parser
+
+    return vars(build_parser().parse_args(["generate", "hi"]))
+
+
+def test_lossy_mode_calibrates_every_n_steps(engine: Engine, int8_engine: Engine) -> None:
+    lossy = Engine(engine.loaded, DraftConfig(lossy_int8_verify=True, lossy_calibration_every=3), heads=False)
+    lossy._int8_runner = Runner(int8_engine.model)
+    result = lossy.generate(PROMPTS[1], max_new_tokens=40)
+    runner = lossy.lossy_runner
+    assert runner.steps == result.stats.forwards and runner.calibrations == runner.steps // 3 > 0
+    assert runner.full.length + len(runner.pending) == runner.int8.length  # the full model is only behind by pending
+    # the full model's cache, built from catch-up chains at calibration steps, equals a fresh prefill of those tokens
+    context = lossy.encode_prompt(PROMPTS[1]) + result.token_ids
+    tokens = context[: min(runner.full.length, len(context) - 1)]  # the last token is not fed yet
+    fresh = Runner(engine.model)
+    fresh.reset(len(tokens) + 1)
+    fresh.prefill(torch.tensor(tokens))
+    for got, want in ((runner.full.cache.layers[i], fresh.cache.layers[i]) for i in (0, -1)):
+        torch.testing.assert_close(got.keys[:, :, : len(tokens)], want.keys[:, :, : len(tokens)], atol=1e-3, rtol=0)
+        torch.testing.assert_close(got.values[:, :, : len(tokens)], want.values[:, :, : len(tokens)], atol=1e-3, rtol=0)
 
 
 @pytest.mark.parametrize("limit", [1, 4, 5])

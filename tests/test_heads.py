@@ -1,4 +1,4 @@
-"""Lookahead heads on the default model: file format, refusals, the drafter, lossless greedy with heads on."""
+"""Lookahead heads on the default model (the shared `engine` fixture): file format, refusals, drafter, lossless greedy."""
 
 from __future__ import annotations
 
@@ -50,11 +50,6 @@ PROMPTS = [
     "Suggest a name for a coffee shop and explain why.",
     "What should I pack for a weekend camping trip?",
 ]
-
-
-@pytest.fixture(scope="module")
-def engine() -> Engine:
-    return Engine.from_pretrained()
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +139,7 @@ def test_heads_for_another_model_are_refused(engine, heads_dir, tmp_path, key, v
 
 
 def test_best_paths_are_the_leaves_of_the_most_probable_tree():
-    probs = [[0.6, 0.3], [0.9, 0.05], [0.5, 0.4]]
+    probs = [[0.6, 0.3], [0.85, 0.1], [0.55, 0.35]]  # no two paths tie
     every = [(a,) for a in range(2)] + [(a, b) for a in range(2) for b in range(2)]
     every += [(a, b, c) for a in range(2) for b in range(2) for c in range(2)]
     score = {n: torch.tensor([probs[d][j] for d, j in enumerate(n)]).prod().item() for n in every}

@@ -16,6 +16,7 @@ from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
 from .draft.int8_draft import Int8Drafter
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
+from .models.lossy import LossyInt8Runner
 from .models.profile import load_or_measure_costs
 from .models.runner import Runner
 from .text import TextStream
@@ -81,6 +82,7 @@ class Engine:
         self.runner = Runner(self.model, max_verify_tokens)
         self._cost: CostModel | None = None
         self._int8_runner: Runner | None = None
+        self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
 
     @classmethod
@@ -122,6 +124,13 @@ class Engine:
         if self._int8_runner is None:
             self._int8_runner = Runner(load_model(str(self.loaded.path), dtype="int8").model)
         return self._int8_runner
+
+    @property
+    def lossy_runner(self) -> LossyInt8Runner:
+        """LOSSY (DraftConfig.lossy_int8_verify): int8 verification with full-precision calibration."""
+        if self._lossy is None:
+            self._lossy = LossyInt8Runner(self.runner, self.int8_runner, self.draft.lossy_calibration_every)
+        return self._lossy
 
     @property
     def has_chat_template(self) -> bool:
@@ -182,7 +191,8 @@ class Engine:
         stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
         text = TextStream(self.tokenizer, cfg.stop, self.eos_ids)
         start = time.perf_counter()
-        for record in decode(self.runner, prompt_ids, cfg, self.eos_ids, drafting):
+        runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
+        for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
             if not text.ids:
                 stats.prefill_s = time.perf_counter() - start
             else:
@@ -195,7 +205,7 @@ class Engine:
             if text.stopped:
                 break
         stats.wall_s = time.perf_counter() - start
-        stats.forwards = self.runner.forwards
+        stats.forwards = runner.forwards
         stats.new_tokens = len(text.ids)
         if drafting:
             stats.window = drafting.controller.summary()

@@ -26,9 +26,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "int8"], default=None,
-                        help="default: fp32 on CPU, bf16 on CUDA; int8: dynamic int8 linear layers (CPU)")
+                        help="default: fp32 on CPU, bf16 on CUDA; int8: int8 linear layers (CPU)")
     parser.add_argument("--max-verify-tokens", type=int, default=None, metavar="N",
                         help="feed trees and prompts longer than N tokens in chunks (less peak memory, same output)")
+    parser.add_argument("--lossy-int8-verify", action="store_true",
+                        help="LOSSY: an int8 copy verifies drafts, full precision every --lossy-calibration-every steps")
+    parser.add_argument("--lossy-calibration-every", type=int, default=10, metavar="N")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
     parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
     parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
@@ -39,12 +42,14 @@ def load_engine(args: argparse.Namespace):
     import torch
 
     from .api import Engine
+    from .config import DraftConfig
 
+    draft = DraftConfig(lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every)
     dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
     heads = False if args.no_heads else args.heads
     return Engine.from_pretrained(
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads,
-        max_verify_tokens=args.max_verify_tokens,
+        max_verify_tokens=args.max_verify_tokens, draft=draft,
     )
 
 

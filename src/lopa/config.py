@@ -56,6 +56,8 @@ class DraftConfig:
     use_heads: bool = True
     use_int8_draft: bool = False  # an int8 copy of the model drafts a greedy chain (lossless; CPU)
     int8_draft_depth: int = 4  # tokens the int8 drafter proposes per step (each one int8 forward)
+    lossy_int8_verify: bool = False  # LOSSY (opt-in): an int8 copy verifies; full precision every N steps
+    lossy_calibration_every: int = 10  # N: steps between full-precision calibration passes (lossy mode)
     ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
     pool_guesses: int = 4  # G: guesses kept per key in the pool
     jacobi_window: int = 5  # W: length of the Jacobi guess chain carried from step to step
@@ -70,5 +72,7 @@ class DraftConfig:
             raise InvalidRequestError(f"tau must be in (0, 1], got {self.tau}")
         if self.max_depth < 1 or self.node_budget < 1 or self.top_k_per_depth < 1:
             raise InvalidRequestError("max_depth, node_budget and top_k_per_depth must be >= 1")
+        if self.lossy_calibration_every < 1:
+            raise InvalidRequestError("lossy_calibration_every must be >= 1")
         if self.ngram_size < 2:
             raise InvalidRequestError("ngram_size must be >= 2")

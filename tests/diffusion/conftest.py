@@ -1,14 +1,4 @@
-import sys
-from pathlib import Path
-
 import pytest
-import torch
-
-SRC = Path(__file__).resolve().parents[2] / "src"
-if str(SRC) not in sys.path:
-    sys.path.insert(0, str(SRC))
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

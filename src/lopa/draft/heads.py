@@ -195,7 +195,7 @@ def load_heads(path: Path | str, loaded) -> LookaheadHeads:
     except (SafetensorError, OSError, ValueError) as exc:
         raise ModelLoadError(f"{path / WEIGHTS} is truncated or corrupt: {exc}") from None
     vocab_ids = tensors.get("vocab_ids")
-    if vocab_ids is None or vocab_ids.ndim != 1 or int(vocab_ids.max()) >= config.vocab_size:
+    if vocab_ids is None or vocab_ids.ndim != 1 or not vocab_ids.numel() or int(vocab_ids.max()) >= config.vocab_size:
         raise ModelLoadError(f"{path / WEIGHTS} has no valid vocab_ids")
     embedding = loaded.model.get_output_embeddings().weight
     heads = LookaheadHeads(config, embedding, vocab_ids)
@@ -203,7 +203,6 @@ def load_heads(path: Path | str, loaded) -> LookaheadHeads:
         heads.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:  # missing keys or shape mismatches
         raise ModelLoadError(f"{path / WEIGHTS} does not match its config: {str(exc).splitlines()[0]}") from None
-    heads.attach(embedding)
     return heads.to(embedding.device).eval().requires_grad_(False)
 
 

@@ -4,11 +4,14 @@ For each prompt the base model generates greedily (batched, left-padded, stock
 `generate()`), keeping the last hidden state of every step. Row r of an answer is the
 hidden state h_r that predicted answer token g_r; g_r is the tree root the heads will
 see, and head i's target is g_{r+1+i}, the model's own continuation. Shards are cached
-on disk (one per prompt batch), so an interrupted run resumes where it stopped.
+on disk (one per prompt batch, named by its content), so an interrupted run resumes
+where it stopped and a run with more prompts reuses the shards of the first ones.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 IGNORE = -100
+BLOCK = 256  # prompts sorted by length together
 
 
 @dataclass
@@ -80,11 +84,14 @@ def build_data(
 ) -> HeadsData:
     """Generate (or reuse cached) shards for all prompts and return them concatenated."""
     cache.mkdir(parents=True, exist_ok=True)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths pad less
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = []
+    for block in range(0, len(prompts), BLOCK):  # a longer prompt list keeps the shards of its first blocks
+        order = sorted(range(block, min(block + BLOCK, len(prompts))), key=lambda i: len(prompts[i]))  # pad less
+        batches += [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     shards = []
     for n, batch in enumerate(tqdm(batches, desc="self-distillation data", unit="batch")):
-        path = cache / f"shard-{n:05d}-{max_new_tokens}-{num_targets}.safetensors"
+        key = hashlib.sha256(json.dumps([prompts[i] for i in batch]).encode()).hexdigest()[:12]
+        path = cache / f"shard-{n:05d}-{key}-{max_new_tokens}-{num_targets}.safetensors"
         if not path.exists():
             shard = generate_shard(model, [prompts[i] for i in batch], max_new_tokens, num_targets, n * batch_size)
             save_file(shard, str(path.with_suffix(".tmp")))

@@ -1,0 +1,1 @@
+"""Lookahead-head training by self-distillation (`lopa train-heads`)."""
