@@ -87,7 +87,9 @@ def test_stream_carries_sources_and_ends_with_done(server):
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     steps = [c["lopa"] for c in chunks if "sources" in c.get("lopa", {})]
-    assert steps and all(len(s["sources"]) == len(s["tokens"]) and s["sources"][-1] == "bonus" for s in steps)
+    assert steps and all(len(s["sources"]) == len(s["tokens"]) for s in steps)
+    # every step ends with its bonus token, except a last one that max_tokens cut short
+    assert all(s["sources"][-1] == "bonus" for s in steps[:-1])
     assert chunks[-1]["usage"]["completion_tokens"] == sum(len(s["tokens"]) for s in steps)
 
 

@@ -112,6 +112,8 @@ def load_model(
     """
     start = time.perf_counter()
     hf_logging.disable_progress_bar()
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but this torch build sees no CUDA device")
     name, path = resolve_model_dir(spec)
     int8 = dtype == INT8
     dtype = torch.float32 if int8 else dtype or default_dtype(device)
