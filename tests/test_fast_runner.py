@@ -35,6 +35,39 @@ def test_packed_runner_matches_eager_runner(engine: Engine) -> None:
         assert engine.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
 
 
+def test_packed_weight_serves_every_row_count() -> None:
+    weight = torch.randn(96, 80)
+    layer = PackedLinear(torch.nn.Linear(80, 96, bias=False))
+    layer.weight = torch.nn.Parameter(weight)
+    layer.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 16)
+    with torch.no_grad():
+        for rows in (1, 3, 4, 5, 16, 17, 64, 100):
+            x = torch.randn(rows, 80)
+            torch.testing.assert_close(layer(x), x @ weight.T, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_runner_matches_eager_runner(engine: Engine) -> None:
+    """torch.compile graphs (trees padded to size buckets) give the eager runner's tokens; node_budget 3
+    keeps the buckets to 1, 2 and 4 so compiling fits the CI time."""
+    compiled = Engine(engine.loaded, DraftConfig(node_budget=3), compile=True)
+    compiled.warm_up()
+    assert compiled.cost_model.stepwise
+    eager = Runner(engine.model)
+    for size, seed in ((3, 0), (4, 1)):  # padded to 4, and not padded
+        tree = random_tree(7, size, 1000, seed)
+        outputs = []
+        for runner in (eager, compiled.runner):
+            runner.reset(64)
+            runner.prefill(torch.arange(10, 40))
+            outputs.append(runner.forward(*tree.tensors()))
+        torch.testing.assert_close(outputs[1].logits, outputs[0].logits, rtol=1e-3, atol=1e-3)
+        assert outputs[1].logits.shape[0] == size
+    for prompt in PROMPTS:
+        want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
+        assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+        assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
+
+
 def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
     assert any(isinstance(m, Int8Linear) for m in int8_engine.model.modules())
     for prompt in PROMPTS:

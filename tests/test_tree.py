@@ -70,6 +70,14 @@ def test_cost_model_keeps_only_nodes_that_pay_for_themselves() -> None:
     assert WindowController(8, 32, CostModel.flat()).choose_size([0.01] * 5) == 5
 
 
+def test_stepwise_cost_model_charges_the_padded_size() -> None:
+    padded = CostModel({1: 0.03, 4: 0.04, 8: 0.05}, stepwise=True)
+    assert padded(2) == padded(4) == 0.04 and padded(5) == 0.05
+    assert CostModel({1: 0.03, 4: 0.04, 8: 0.05})(2) < 0.04  # interpolated when nothing is padded
+    control = WindowController(k_max=8, node_budget=32, cost=padded)
+    assert control.choose_size([0.5, 0.4, 0.3, 0.01, 0.01]) == 3  # a 4-node tree costs what 2 nodes cost
+
+
 def test_window_follows_the_lopa_perplexity_rule() -> None:
     control = WindowController(k_max=6, node_budget=32, cost=CostModel.flat(), window=3)
     for step, ppl in enumerate([2.0] * 4 + [1.5] * 4):

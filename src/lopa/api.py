@@ -17,7 +17,8 @@ from .draft.int8_draft import Int8Drafter
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
-from .models.profile import load_or_measure_costs
+from .models.compiled import BUCKETS, bucket
+from .models.profile import TREE_SIZES, forward_latency, load_or_measure_costs
 from .models.runner import Runner
 from .text import TextStream
 
@@ -69,7 +70,12 @@ class Engine:
     """A loaded model plus everything needed to decode it losslessly with lookahead drafting."""
 
     def __init__(
-        self, loaded: LoadedModel, draft: DraftConfig | None = None, heads: HeadsSpec = None, max_verify_tokens: int | None = None
+        self,
+        loaded: LoadedModel,
+        draft: DraftConfig | None = None,
+        heads: HeadsSpec = None,
+        max_verify_tokens: int | None = None,
+        compile: bool = False,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -79,8 +85,9 @@ class Engine:
         self.heads = heads_for(loaded, heads, self.draft.use_heads)  # None: no lookahead heads
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
-        self.runner = Runner(self.model, max_verify_tokens)
+        self.runner = Runner(self.model, max_verify_tokens, compile)
         self._cost: CostModel | None = None
+        self._warm = False
         self._int8_runner: Runner | None = None
         self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
@@ -96,14 +103,16 @@ class Engine:
         trust_remote_code: bool = False,
         heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
+        compile: bool = False,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
-        `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner).
+        `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
+        `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
         """
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(loaded, draft, heads, max_verify_tokens)
+        return cls(loaded, draft, heads, max_verify_tokens, compile)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -115,8 +124,27 @@ class Engine:
     @property
     def cost_model(self) -> CostModel:
         if self._cost is None:
-            self._cost = CostModel(load_or_measure_costs(self.runner, self.loaded.fingerprint))
+            self.warm_up()
+            sizes = self._compiled_sizes() if self.runner.compiled is not None else TREE_SIZES
+            costs = load_or_measure_costs(self.runner, self.loaded.fingerprint, sizes)
+            self._cost = CostModel(costs, stepwise=self.runner.compiled is not None)
         return self._cost
+
+    def warm_up(self) -> None:
+        """With compile: build every graph now rather than inside a timed generation (no-op otherwise).
+
+        Bucket 1 runs first at two prefix lengths, so dynamo already knows the KV length varies
+        and compiles every later bucket once, with a dynamic KV length."""
+        if self.runner.compiled is None or self._warm:
+            return
+        for i, tokens in enumerate((1, *self._compiled_sizes())):
+            forward_latency(self.runner, tokens, prefix=16 + i, reps=0)
+        self._warm = True
+
+    def _compiled_sizes(self) -> tuple[int, ...]:
+        """The buckets a verification forward can run at: up to the largest tree (root + node_budget)."""
+        largest = bucket(self.draft.node_budget + 1) or BUCKETS[-1]
+        return tuple(b for b in BUCKETS if b <= largest)
 
     @property
     def int8_runner(self) -> Runner:

@@ -27,8 +27,9 @@ LOPA_VARIANTS: dict[str, dict] = {  # name -> DraftConfig overrides
     "lopa-heads": {"use_prompt_lookup": False, "use_ngram_pool": False},
     "lopa-fixed": {"dynamic_window": False},
 }
+COMPILED_METHODS = {"ar-compiled": "ar", "lopa-compiled": "lopa"}  # name -> method, on a torch.compile runner
 LLAMACPP_METHODS = {"llamacpp": False, "llamacpp-pld": True}  # name -> prompt lookup on
-ALL_METHODS = (*HF_METHODS, "ar", *LOPA_VARIANTS, *LLAMACPP_METHODS)
+ALL_METHODS = (*HF_METHODS, "ar", *LOPA_VARIANTS, *COMPILED_METHODS, *LLAMACPP_METHODS)
 DESCRIPTIONS = {
     "hf": "transformers generate(), greedy",
     "hf-pld": "transformers generate(), greedy, prompt_lookup_num_tokens=10",
@@ -36,6 +37,8 @@ DESCRIPTIONS = {
     "llamacpp": "llama-cpp-python on the GGUF, greedy (quantised weights: not lossless against hf)",
     "llamacpp-pld": "llama-cpp-python on the GGUF with prompt lookup (10 tokens)",
     **{name: "lopa " + (", ".join(f"{k}={v}" for k, v in o.items()) or "defaults") for name, o in LOPA_VARIANTS.items()},
+    "ar-compiled": "ar on the torch.compile runner (graphs built before timing)",
+    "lopa-compiled": "lopa defaults on the torch.compile runner (graphs built before timing)",
 }
 
 
@@ -183,6 +186,7 @@ def build_methods(
 
     methods: dict[str, Method] = {}
     skipped: dict[str, str] = {}
+    compiled = None  # one torch.compile engine shared by the compiled methods
     for name in names:
         if name in HF_METHODS:
             methods[name] = HFGenerate(name, engine.model, HF_METHODS[name])
@@ -196,6 +200,12 @@ def build_methods(
                 methods[name] = EngineMethod(name, variant, "lopa")
             else:
                 skipped[name] = "no drafter left: no lookahead heads fit this model (see --heads)"
+        elif name in COMPILED_METHODS:
+            if compiled is None:
+                compiled = Engine(engine.loaded, engine.draft, heads=False, compile=True)
+                compiled.heads = engine.heads
+                compiled.warm_up()
+            methods[name] = EngineMethod(name, compiled, COMPILED_METHODS[name])
         elif (reason := llamacpp_missing()) is not None:
             skipped[name] = reason
         elif (path := gguf()) is None:

@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 
 @dataclass
 class CostModel:
-    """Forward latency (seconds) against tokens in the forward, interpolated between measured sizes."""
+    """Forward latency (seconds) against tokens in the forward, interpolated between measured sizes.
+
+    stepwise: a forward costs what the next measured size costs (a compiled runner pads to those sizes)."""
 
     latency: dict[int, float]
+    stepwise: bool = False
 
     def __call__(self, tokens: int) -> float:
         sizes = sorted(self.latency)
+        if self.stepwise and tokens <= sizes[-1]:
+            return self.latency[next(s for s in sizes if s >= tokens)]
         if tokens <= sizes[0]:
             return self.latency[sizes[0]]
         for lo, hi in zip(sizes, sizes[1:]):

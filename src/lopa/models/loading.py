@@ -108,7 +108,7 @@ def load_model(
     """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default).
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
-    pack: give fp32 CPU linear layers oneDNN-packed weights for multi-token forwards (models/fastlinear.py).
+    pack: give fp32 CPU linear layers MKL-packed weights for multi-token forwards (models/fastlinear.py).
     """
     start = time.perf_counter()
     hf_logging.disable_progress_bar()

@@ -38,18 +38,19 @@ def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int) -> floa
     causal = torch.ones(tokens, tokens, dtype=torch.bool).tril_()
     depths = torch.arange(tokens)
     times = []
-    for _ in range(reps + 1):  # the first run warms caches and is dropped
+    for _ in range(reps + 1):  # the first run warms caches (and compiles) and is dropped
         _sync(runner.device)
         start = time.perf_counter()
         runner.forward(ids, depths, causal)
         _sync(runner.device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return statistics.median(times[1:] or times)
 
 
 def precision(runner: Runner) -> str:
-    """'int8' for a quantized model, else its dtype name: profiles of the two must not mix."""
-    return getattr(runner.model, "lopa_precision", None) or str(runner.dtype).removeprefix("torch.")
+    """'int8' for a quantized model, else its dtype name (+ '-compiled'): profiles of these must not mix."""
+    name = getattr(runner.model, "lopa_precision", None) or str(runner.dtype).removeprefix("torch.")
+    return name + ("-compiled" if runner.compiled is not None else "")
 
 
 def profile_path(fingerprint: str, runner: Runner) -> Path:
@@ -62,14 +63,15 @@ def measure_costs(runner: Runner, sizes=TREE_SIZES, prefix: int = COST_PREFIX, r
     return {t: forward_latency(runner, t, prefix, reps) for t in sizes}
 
 
-def load_or_measure_costs(runner: Runner, fingerprint: str) -> dict[int, float]:
-    """The cached latency curve for this model/precision/device/threads, measured once if missing."""
+def load_or_measure_costs(runner: Runner, fingerprint: str, sizes=TREE_SIZES) -> dict[int, float]:
+    """The cached latency curve for this model/precision/device/threads; sizes it lacks are measured and added."""
     path = profile_path(fingerprint, runner)
-    if path.exists():
-        data = json.loads(path.read_text())
-        return {int(k): v for k, v in data["latency_s"].items()}
-    costs = measure_costs(runner)
-    save_profile(path, {"latency_s": costs, "prefix": COST_PREFIX})
+    data = json.loads(path.read_text()) if path.exists() else {"prefix": COST_PREFIX}
+    costs = {int(k): v for k, v in data.get("latency_s", {}).items()}
+    missing = [t for t in sizes if t not in costs]
+    if missing:
+        costs.update(measure_costs(runner, missing))
+        save_profile(path, {**data, "latency_s": dict(sorted(costs.items()))})
     return costs
 
 

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise InvalidRequestError("--reps must be >= 1")
     engine = lopa_cli.load_engine(args)
+    engine.warm_up()  # with --compile: build the graphs before timing
     data = full_profile(engine.runner, sizes, prefixes, args.reps)
     data["model"] = engine.loaded.name
     out = Path(args.out)

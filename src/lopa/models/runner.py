@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import UnsupportedModelError
+from .compiled import BUCKETS, bucket, compile_model, pad_queries
 from .kvcache import TreeKVCache
 
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
@@ -53,9 +54,10 @@ def chunks(total: int, limit: int | None) -> list[tuple[int, int]]:
 class Runner:
     """Owns the KV cache of one sequence and runs prefill, tree verification and commits."""
 
-    def __init__(self, model: PreTrainedModel, max_verify_tokens: int | None = None):
+    def __init__(self, model: PreTrainedModel, max_verify_tokens: int | None = None, compile: bool = False):
         """`max_verify_tokens` caps the tokens of one model call: longer trees (and prompts) are fed in
-        chunks, each attending to the rows the earlier chunks wrote, with the same outputs."""
+        chunks, each attending to the rows the earlier chunks wrote, with the same outputs.
+        `compile`: verification forwards (not prefills) through torch.compile, see models/compiled.py."""
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise ValueError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.model = model
@@ -75,6 +77,7 @@ class Runner:
         self.dtype = model.dtype
         self.cache: TreeKVCache | None = None
         self.forwards = 0
+        self.compiled = compile_model(model) if compile else None
 
     @property
     def length(self) -> int:
@@ -82,6 +85,8 @@ class Runner:
 
     def reset(self, capacity: int) -> None:
         """Start a new sequence; the buffers are allocated once and reused while they are big enough."""
+        if self.compiled is not None:
+            capacity += BUCKETS[-1]  # room for padding rows past the last tree
         if self.cache is None or self.cache.capacity < capacity:
             self.cache = TreeKVCache(self.config.num_hidden_layers, capacity)
         self.cache.set_length(0)
@@ -97,7 +102,12 @@ class Runner:
     @torch.no_grad()
     def run(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
         """One stock transformers forward of tokens [B, T]; returns (logits, last hidden state), both [B, T or 1, ...]."""
-        out = self.model(
+        t, size = tokens.shape[1], bucket(tokens.shape[1])
+        model = self.model
+        if self.compiled is not None and not last_only and size is not None:
+            model = self.compiled
+            tokens, positions, mask = pad_queries(tokens, positions, mask, size)
+        out = model(
             input_ids=tokens.to(self.device),
             position_ids=positions,
             attention_mask=mask,
@@ -108,7 +118,7 @@ class Runner:
         )
         self.forwards += 1
         hidden = out.hidden_states[-1]
-        return out.logits, hidden[:, -1:] if last_only else hidden
+        return (out.logits, hidden[:, -1:]) if last_only else (out.logits[:, :t], hidden[:, :t])
 
     @torch.no_grad()
     def forward(

@@ -38,6 +38,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if args.max_batch < 1 or args.max_queue < 0 or args.timeout <= 0 or args.batch_nodes < 1:
         raise InvalidRequestError("--max-batch and --batch-nodes must be >= 1, --max-queue >= 0, --timeout > 0")
+    if args.compile:
+        raise InvalidRequestError("--compile applies to single-sequence decoding; the server's batch runner runs eager")
     engine = load_engine(args)
     options = ServeOptions(
         api_key=args.api_key,

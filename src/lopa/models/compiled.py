@@ -1,0 +1,57 @@
+"""Verification forwards through torch.compile (inductor), at a few fixed tree sizes.
+
+Compiling the stock forward fuses the pointwise work around the matrix products (norms,
+rotary embedding, activations, residual adds) and drops the per-op Python dispatch: on
+the default model at 2 CPU threads a 1-token forward goes from ~35 to ~28 ms and a
+16-token tree from ~60 to ~49 ms (docs/bench/compile.md). Each distinct shape is a
+compilation (~25 s here, cached on disk by inductor, a few seconds on later runs), so trees
+are padded up to a size bucket and the growing KV length is left to dynamo's automatic
+dynamic shapes: one graph per bucket, whatever the prefix. Padding queries copy the first
+query's mask row and position and their keys are hidden from every real query, so the
+real rows' outputs are those of the unpadded forward (up to kernel rounding).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+RECOMPILE_LIMIT = 2 * len(BUCKETS) + 2  # a static then a dynamic-KV graph per bucket, at most
+
+
+def bucket(tokens: int) -> int | None:
+    """The padded size a forward of `tokens` queries runs at; None above the largest bucket."""
+    return next((b for b in BUCKETS if b >= tokens), None)
+
+
+def compile_model(model: nn.Module) -> Callable[..., Any]:
+    """The model's forward compiled with inductor (no CUDA graphs: the KV length changes every step)."""
+    compiled = torch.compile(model, dynamic=None)
+
+    def forward(**inputs: Any) -> Any:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return compiled(**inputs)
+
+    return forward
+
+
+def _pad_mask(mask: torch.Tensor, pad: int) -> torch.Tensor:
+    """[B, 1, T, S] -> [B, 1, T + pad, S + pad]: padding keys hidden, padding queries copy row 0."""
+    mask = F.pad(mask, (0, pad), value=torch.finfo(mask.dtype).min)
+    return torch.cat([mask, mask[:, :, :1].expand(-1, -1, pad, -1)], dim=2)
+
+
+def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int):
+    """Pad a forward of tokens [B, T] (positions [B, T], mask or per-layer-type masks) to `size` queries."""
+    pad = size - tokens.shape[1]
+    if pad:
+        tokens = F.pad(tokens, (0, pad))
+        positions = torch.cat([positions, positions[:, :1].expand(-1, pad)], dim=1)
+        mask = {k: _pad_mask(m, pad) for k, m in mask.items()} if isinstance(mask, dict) else _pad_mask(mask, pad)
+    for tensor in (tokens, positions):
+        torch._dynamo.mark_static(tensor, 1)  # the bucket size is part of the graph
+    return tokens, positions, mask
