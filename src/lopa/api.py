@@ -17,7 +17,7 @@ from .draft.int8_draft import Int8Drafter
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
-from .models.compiled import BUCKETS, bucket
+from .models.compiled import buckets_up_to
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_costs
 from .models.runner import Runner
 from .text import TextStream
@@ -134,7 +134,8 @@ class Engine:
         """With compile: build every graph now rather than inside a timed generation (no-op otherwise).
 
         Bucket 1 runs first at two prefix lengths, so dynamo already knows the KV length varies
-        and compiles every later bucket once, with a dynamic KV length."""
+        and compiles later buckets with a dynamic KV length. Known gap: each bucket still recompiles
+        once the first time it meets a new KV cache (see the README)."""
         if self.runner.compiled is None or self._warm:
             return
         for i, tokens in enumerate((1, *self._compiled_sizes())):
@@ -143,8 +144,7 @@ class Engine:
 
     def _compiled_sizes(self) -> tuple[int, ...]:
         """The buckets a verification forward can run at: up to the largest tree (root + node_budget)."""
-        largest = bucket(self.draft.node_budget + 1) or BUCKETS[-1]
-        return tuple(b for b in BUCKETS if b <= largest)
+        return buckets_up_to(self.draft.node_budget + 1)
 
     @property
     def int8_runner(self) -> Runner:

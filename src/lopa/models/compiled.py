@@ -28,6 +28,12 @@ def bucket(tokens: int) -> int | None:
     return next((b for b in BUCKETS if b >= tokens), None)
 
 
+def buckets_up_to(tokens: int) -> tuple[int, ...]:
+    """Every bucket a forward of at most `tokens` queries can run at."""
+    largest = bucket(tokens) or BUCKETS[-1]
+    return tuple(b for b in BUCKETS if b <= largest)
+
+
 def compile_model(model: nn.Module) -> Callable[..., Any]:
     """The model's forward compiled with inductor (no CUDA graphs: the KV length changes every step)."""
     compiled = torch.compile(model, dynamic=None)
