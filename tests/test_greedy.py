@@ -79,3 +79,13 @@ def test_gemma3_greedy_matches_transformers(spec_bench: list[dict]) -> None:
         if got != want:
             step = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
             assert near_tie(logits[step]), f"question {row['question_id']} diverged at step {step}"
+
+
+def test_ignore_eos_runs_to_the_limit(engine: Engine) -> None:
+    """With ignore_eos the model's EOS no longer ends the answer, and lopa still equals plain decoding."""
+    natural = engine.generate("Say hi.", max_new_tokens=64, method="ar")
+    assert natural.finish_reason == "stop" and len(natural.token_ids) < 40
+    ar = engine.generate("Say hi.", max_new_tokens=40, method="ar", ignore_eos=True)
+    lopa = engine.generate("Say hi.", max_new_tokens=40, ignore_eos=True)
+    assert len(ar.token_ids) == 40 and ar.finish_reason == "length"
+    assert lopa.token_ids == ar.token_ids

@@ -39,7 +39,7 @@ def server():
 @pytest.fixture(scope="module")
 def strict():
     """One slot, one queue place, a short timeout and an API key."""
-    srv = ServerProcess(["--max-queue", "1", "--timeout", "10", "--api-key", KEY, "--drain", "60"], None, max_batch=1, timeout=180.0)
+    srv = ServerProcess(["--max-queue", "1", "--timeout", "10", "--api-key", KEY, "--drain", "60", "--max-context", "8192"], None, max_batch=1, timeout=180.0)
     yield srv
     if srv.proc.poll() is None:
         srv.stop()
@@ -170,7 +170,8 @@ def test_auth(server, strict):
 
 def test_full_queue_and_timeout(strict):
     auth = {"Authorization": f"Bearer {KEY}"}
-    long = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 1000, "stream": True}
+    # ignore_eos: the answer outlasts the 10 s timeout however soon the model would have ended it
+    long = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 8000, "stream": True, "ignore_eos": True}
     with httpx.Client(timeout=60.0, headers=auth) as client:
         with client.stream("POST", strict.url + "/v1/chat/completions", json=long) as running:
             lines = running.iter_lines()

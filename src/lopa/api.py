@@ -217,7 +217,7 @@ class Engine:
         self._check(prompt_ids, cfg)
         drafting = self.new_drafting() if cfg.method == "lopa" else None
         stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
-        text = TextStream(self.tokenizer, cfg.stop, self.eos_ids)
+        text = TextStream(self.tokenizer, cfg.stop, cfg.stop_ids(self.eos_ids))
         start = time.perf_counter()
         runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
         for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):

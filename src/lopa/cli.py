@@ -69,6 +69,7 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         stop=args.stop or [],
         method=args.method,
+        ignore_eos=args.ignore_eos,
     )
     cfg.validate()  # fail on bad values before spending seconds on loading the model
     if not args.prompt.strip():
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")
     gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
     gen.add_argument("--show", action="store_true", help="colour each token by how it was drafted (heads, n-gram, bonus)")

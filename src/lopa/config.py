@@ -21,10 +21,15 @@ class GenerationConfig:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     method: str = "lopa"
+    ignore_eos: bool = False  # run to max_new_tokens past EOS (fixed-length benchmarks, load tests)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def stop_ids(self, eos_ids: set[int]) -> set[int]:
+        """The token ids that end this generation."""
+        return set() if self.ignore_eos else eos_ids
 
     def validate(self) -> None:
         """Raise InvalidRequestError on values no decoder can honour."""

@@ -65,7 +65,7 @@ class SequenceDecoder:
     def __init__(self, prompt: list[int], cfg: GenerationConfig, eos_ids: set[int], drafting: Drafting | None = None):
         self.prompt = list(prompt)
         self.cfg = cfg
-        self.eos_ids = eos_ids
+        self.eos_ids = cfg.stop_ids(eos_ids)
         self.drafting = drafting
         self.generator = torch.Generator()
         self.generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())

@@ -105,6 +105,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             top_p=body.top_p,
             seed=body.seed,
             stop=body.stops(),
+            ignore_eos=body.ignore_eos,
             method="lopa" if options.parallel else "ar",
         )
         cfg.validate()

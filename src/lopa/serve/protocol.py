@@ -20,6 +20,7 @@ class _Request(BaseModel):
     seed: int | None = None
     stream: bool = False
     n: Literal[1] = 1
+    ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens
 
     def stops(self) -> list[str]:
         if self.stop is None:

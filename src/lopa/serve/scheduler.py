@@ -151,7 +151,7 @@ class Scheduler:
             try:
                 drafting = self.engine.new_drafting() if job.cfg.method == "lopa" else None
                 job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, drafting)
-                job.text = TextStream(self.engine.tokenizer, job.cfg.stop, self.engine.eos_ids)
+                job.text = TextStream(self.engine.tokenizer, job.cfg.stop, job.seq.eos_ids)
                 slot = len(self.active)
                 out = self.runner.prefill_slot(slot, torch.tensor(job.prompt))
                 with self.metrics.lock:
