@@ -53,19 +53,20 @@ def test_compiled_runner_matches_eager_runner(engine: Engine) -> None:
     compiled.warm_up()
     assert compiled.cost_model.stepwise
     eager = Runner(engine.model)
-    for size, seed in ((3, 0), (4, 1)):  # padded to 4, and not padded
-        tree = random_tree(7, size, 1000, seed)
-        outputs = []
-        for runner in (eager, compiled.runner):
-            runner.reset(64)
-            runner.prefill(torch.arange(10, 40))
-            outputs.append(runner.forward(*tree.tensors()))
-        torch.testing.assert_close(outputs[1].logits, outputs[0].logits, rtol=1e-3, atol=1e-3)
-        assert outputs[1].logits.shape[0] == size
-    for prompt in PROMPTS:
-        want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
-        assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
-        assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
+    with torch._dynamo.config.patch(error_on_recompile=True):  # warm_up built every graph: new caches,
+        for size, seed in ((3, 0), (4, 1)):  # padded trees and other lengths must not compile again
+            tree = random_tree(7, size, 1000, seed)
+            outputs = []
+            for runner in (eager, compiled.runner):
+                runner.reset(64 + size)
+                runner.prefill(torch.arange(10, 40))
+                outputs.append(runner.forward(*tree.tensors()))
+            torch.testing.assert_close(outputs[1].logits, outputs[0].logits, rtol=1e-3, atol=1e-3)
+            assert outputs[1].logits.shape[0] == size
+        for prompt in PROMPTS:
+            want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
+            assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+            assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
 
 
 def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:

@@ -134,8 +134,8 @@ class Engine:
         """With compile: build every graph now rather than inside a timed generation (no-op otherwise).
 
         Bucket 1 runs first at two prefix lengths, so dynamo already knows the KV length varies
-        and compiles later buckets with a dynamic KV length. Known gap: each bucket still recompiles
-        once the first time it meets a new KV cache (see the README)."""
+        and compiles later buckets with a dynamic KV length: after this, nothing compiles again
+        (a test runs generations under dynamo's error_on_recompile)."""
         if self.runner.compiled is None or self._warm:
             return
         for i, tokens in enumerate((1, *self._compiled_sizes())):

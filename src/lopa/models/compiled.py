@@ -51,6 +51,12 @@ def _pad_mask(mask: torch.Tensor, pad: int) -> torch.Tensor:
     return torch.cat([mask, mask[:, :, :1].expand(-1, -1, pad, -1)], dim=2)
 
 
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor, copied if it is a view: dynamo guards on a view's base, so a view where the
+    graph was built on a fresh tensor (or the other way round) would compile the bucket again."""
+    return tensor if tensor._base is None else tensor.clone()
+
+
 def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int):
     """Pad a forward of tokens [B, T] (positions [B, T], mask or per-layer-type masks) to `size` queries."""
     pad = size - tokens.shape[1]
@@ -58,6 +64,8 @@ def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int):
         tokens = F.pad(tokens, (0, pad))
         positions = torch.cat([positions, positions[:, :1].expand(-1, pad)], dim=1)
         mask = {k: _pad_mask(m, pad) for k, m in mask.items()} if isinstance(mask, dict) else _pad_mask(mask, pad)
+    tokens, positions = _owned(tokens), _owned(positions)
+    mask = {k: _owned(m) for k, m in mask.items()} if isinstance(mask, dict) else _owned(mask)
     for tensor in (tokens, positions):
         torch._dynamo.mark_static(tensor, 1)  # the bucket size is part of the graph
     return tokens, positions, mask
