@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lopa import Engine
 from lopa.draft.tree import DraftTree
+from lopa.errors import InvalidRequestError
 from lopa.models.runner import Runner
 
 
@@ -29,8 +31,9 @@ def sequential_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0, -1]
 
 
-def test_tree_node_logits_equal_sequential_decoding(engine: Engine) -> None:
-    model, runner = engine.model, Runner(engine.model)
+@pytest.mark.parametrize("static_capacity", [None, 256], ids=["dynamic-kv", "static-kv"])
+def test_tree_node_logits_equal_sequential_decoding(engine: Engine, static_capacity: int | None) -> None:
+    model, runner = engine.model, Runner(engine.model, static_capacity=static_capacity)
     prompt = engine.tokenizer("The tree attention mask must be exact:").input_ids
     runner.reset(len(prompt) + 40)
     runner.prefill(torch.tensor(prompt))
@@ -60,3 +63,19 @@ def test_cache_buffers_are_reused_across_requests(engine: Engine) -> None:
     runner.reset(32)
     runner.prefill(torch.tensor([4, 5]))
     assert runner.cache.layers[0].keys is buffers
+
+
+def test_static_cache_is_allocated_once_and_decodes_losslessly(engine: Engine) -> None:
+    """The static cache (what CUDA graphs replay over) keeps one buffer for every request and attends to all
+    of it under the mask; greedy lopa on it equals plain decoding, and a request it cannot hold is refused."""
+    static = Engine(engine.loaded)
+    static.runner = Runner(engine.model, static_capacity=512)
+    prompt = "List three facts about the Moon."
+    want = engine.generate(prompt, max_new_tokens=48, method="ar").token_ids
+    assert static.generate(prompt, max_new_tokens=48).token_ids == want
+    cache = static.runner.cache
+    assert cache.capacity == 512 and cache.offset is not None
+    assert static.generate("Hi.", max_new_tokens=8, method="ar").token_ids == engine.generate("Hi.", max_new_tokens=8, method="ar").token_ids
+    assert static.runner.cache is cache
+    with pytest.raises(InvalidRequestError, match="static cache holds 512"):
+        static.runner.reset(600)

@@ -17,7 +17,7 @@ from .draft.int8_draft import Int8Drafter
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
-from .models.compiled import buckets_up_to
+from .models.compiled import buckets_up_to, cuda_graph_capacity
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_costs
 from .models.runner import Runner
 from .text import TextStream
@@ -85,7 +85,7 @@ class Engine:
         self.heads = heads_for(loaded, heads, self.draft.use_heads)  # None: no lookahead heads
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
-        self.runner = Runner(self.model, max_verify_tokens, compile)
+        self.runner = Runner(self.model, max_verify_tokens, compile, cuda_graph_capacity(self.model, compile))
         self._cost: CostModel | None = None
         self._warm = False
         self._int8_runner: Runner | None = None

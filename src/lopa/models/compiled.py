@@ -9,6 +9,11 @@ are padded up to a size bucket and the growing KV length is left to dynamo's aut
 dynamic shapes: one graph per bucket, whatever the prefix. Padding queries copy the first
 query's mask row and position and their keys are hidden from every real query, so the
 real rows' outputs are those of the unpadded forward (up to kernel rounding).
+
+On CUDA a small model's step is bound by kernel launches, not arithmetic, so there the
+runner keeps one static KV cache (STATIC_CONTEXT rows, attended to in full under the
+mask) and every bucket has fixed shapes: inductor records it once as a CUDA graph and
+replays it (mode "reduce-overhead"). On a CPU the dynamic KV length is cheaper.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+STATIC_CONTEXT = 4096  # KV rows of the static cache CUDA graphs replay over (prompt + answer + a tree)
 RECOMPILE_LIMIT = 2 * len(BUCKETS) + 2  # a static then a dynamic-KV graph per bucket, at most
 
 
@@ -34,20 +40,35 @@ def buckets_up_to(tokens: int) -> tuple[int, ...]:
     return tuple(b for b in BUCKETS if b <= largest)
 
 
-def compile_model(model: nn.Module) -> Callable[..., Any]:
-    """The model's forward compiled with inductor (no CUDA graphs: the KV length changes every step)."""
-    compiled = torch.compile(model, dynamic=None)
+def cuda_graph_capacity(model: nn.Module, compile: bool) -> int | None:
+    """The static cache's rows when verification will replay CUDA graphs (compile on CUDA), else None."""
+    if not compile or model.device.type != "cuda":
+        return None
+    return min(STATIC_CONTEXT, getattr(model.config.get_text_config(), "max_position_embeddings", STATIC_CONTEXT))
+
+
+def compile_model(model: nn.Module, cuda_graphs: bool = False) -> Callable[..., Any]:
+    """The model's forward compiled with inductor. `cuda_graphs` (a static KV cache on CUDA: every
+    bucket has fixed shapes) also records each bucket as a CUDA graph and replays it."""
+    if cuda_graphs:
+        compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    else:
+        compiled = torch.compile(model, dynamic=None)
 
     def forward(**inputs: Any) -> Any:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            if cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs were copied out
             return compiled(**inputs)
 
     return forward
 
 
-def _pad_mask(mask: torch.Tensor, pad: int) -> torch.Tensor:
-    """[B, 1, T, S] -> [B, 1, T + pad, S + pad]: padding keys hidden, padding queries copy row 0."""
-    mask = F.pad(mask, (0, pad), value=torch.finfo(mask.dtype).min)
+def _pad_mask(mask: torch.Tensor, pad: int, static: bool) -> torch.Tensor:
+    """[B, 1, T, S] -> [B, 1, T + pad, S + pad]: padding keys hidden, padding queries copy row 0.
+    A static cache's mask already spans (and hides) the slots the padding rows are written to."""
+    if not static:
+        mask = F.pad(mask, (0, pad), value=torch.finfo(mask.dtype).min)
     return torch.cat([mask, mask[:, :, :1].expand(-1, -1, pad, -1)], dim=2)
 
 
@@ -57,13 +78,17 @@ def _owned(tensor: torch.Tensor) -> torch.Tensor:
     return tensor if tensor._base is None else tensor.clone()
 
 
-def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int):
-    """Pad a forward of tokens [B, T] (positions [B, T], mask or per-layer-type masks) to `size` queries."""
+def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int, static: bool = False):
+    """Pad a forward of tokens [B, T] (positions [B, T], mask or per-layer-type masks) to `size` queries;
+    `static`: the KV cache is static (its mask spans the whole cache)."""
     pad = size - tokens.shape[1]
     if pad:
         tokens = F.pad(tokens, (0, pad))
         positions = torch.cat([positions, positions[:, :1].expand(-1, pad)], dim=1)
-        mask = {k: _pad_mask(m, pad) for k, m in mask.items()} if isinstance(mask, dict) else _pad_mask(mask, pad)
+        if isinstance(mask, dict):
+            mask = {k: _pad_mask(m, pad, static) for k, m in mask.items()}
+        else:
+            mask = _pad_mask(mask, pad, static)
     tokens, positions = _owned(tokens), _owned(positions)
     mask = {k: _owned(m) for k, m in mask.items()} if isinstance(mask, dict) else _owned(mask)
     for tensor in (tokens, positions):

@@ -4,6 +4,10 @@ It subclasses transformers' StaticLayer (no monkeypatching): buffers are allocat
 `update` writes the new rows at the current length and returns a view of the filled
 prefix only, so attention never reads the unused tail. After verification the runner
 moves the accepted rows down to contiguous slots with `compact`.
+
+A *static* cache (for CUDA graphs, which replay fixed shapes at fixed addresses) writes
+at an offset held in a device tensor shared by all layers and returns the whole buffers;
+the attention mask hides the unused tail instead.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from transformers.cache_utils import Cache, StaticLayer
 class TreeKVLayer(StaticLayer):
     """One layer's keys/values: [batch, kv_heads, capacity, head_dim], filled up to `length`."""
 
-    def __init__(self, max_cache_len: int):
+    def __init__(self, max_cache_len: int, offset: torch.Tensor | None = None):
         super().__init__(max_cache_len=max_cache_len)
         self.length = 0
+        self.static = offset is not None  # write at `offset` (a device tensor), attend to the whole buffer
+        if offset is not None:
+            self.cumulative_length = offset  # StaticLayer marks it a static address along with the buffers
 
     @classmethod
     def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "TreeKVLayer":
@@ -31,6 +38,11 @@ class TreeKVLayer(StaticLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.static:
+            slots = self.cumulative_length + torch.arange(key_states.shape[-2], device=self.device)
+            self.keys.index_copy_(2, slots, key_states)
+            self.values.index_copy_(2, slots, value_states)
+            return self.keys, self.values
         start, end = self.length, self.length + key_states.shape[-2]
         self.keys[:, :, start:end] = key_states
         self.values[:, :, start:end] = value_states
@@ -50,8 +62,12 @@ class TreeKVLayer(StaticLayer):
 class TreeKVCache(Cache):
     """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
 
-    def __init__(self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None):
-        super().__init__(layers=layers or [TreeKVLayer(capacity) for _ in range(num_layers)])
+    def __init__(
+        self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None, static_on: torch.device | None = None
+    ):
+        """`static_on`: make a static cache on this device (see the module docstring)."""
+        self.offset = None if static_on is None else torch.zeros((), dtype=torch.long, device=static_on)
+        super().__init__(layers=layers or [TreeKVLayer(capacity, self.offset) for _ in range(num_layers)])
         self.capacity = capacity
 
     @classmethod
@@ -67,6 +83,8 @@ class TreeKVCache(Cache):
     def set_length(self, length: int) -> None:
         for layer in self.layers:
             layer.length = length
+        if self.offset is not None:
+            self.offset.fill_(length)
 
     def compact(self, src: torch.Tensor, dst_start: int) -> None:
         for layer in self.layers:

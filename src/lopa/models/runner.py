@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from ..errors import UnsupportedModelError
+from ..errors import InvalidRequestError, UnsupportedModelError
 from .compiled import BUCKETS, bucket, compile_model, pad_queries
 from .kvcache import TreeKVCache
 
@@ -28,11 +28,18 @@ class ForwardOutput:
 
 
 def tree_mask(
-    prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor, window: int | None, dtype
+    prefix: torch.Tensor,
+    start: int,
+    positions: torch.Tensor,
+    ancestors: torch.Tensor,
+    window: int | None,
+    dtype,
+    width: int | None = None,
 ) -> torch.Tensor:
     """Additive mask [B, 1, T, start + K] for T queries over a tree of K >= T nodes written at slots start..
     (the queries are its last T nodes). Row b sees its first prefix[b] committed slots and its own ancestors
-    (ancestors [B, T, K]); `window` also hides keys more than window - 1 positions back. positions [B, K]."""
+    (ancestors [B, T, K]); `window` also hides keys more than window - 1 positions back. positions [B, K].
+    `width`: the mask spans this many key slots (a static cache's capacity), the ones past the tree hidden."""
     b, t, k = ancestors.shape
     slots = torch.arange(start, device=positions.device)
     committed = (slots[None, None, :] < prefix[:, None, None]).expand(b, t, start)
@@ -40,8 +47,8 @@ def tree_mask(
     if window is not None:
         kv_pos = torch.cat([slots.expand(b, start), positions], dim=1)
         allowed &= kv_pos[:, None, :] > positions[:, k - t :, None] - window
-    mask = torch.zeros(b, t, start + k, dtype=dtype, device=positions.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    mask = torch.full((b, t, width or start + k), torch.finfo(dtype).min, dtype=dtype, device=positions.device)
+    mask[:, :, : start + k].masked_fill_(allowed, 0.0)
     return mask[:, None]
 
 
@@ -54,10 +61,18 @@ def chunks(total: int, limit: int | None) -> list[tuple[int, int]]:
 class Runner:
     """Owns the KV cache of one sequence and runs prefill, tree verification and commits."""
 
-    def __init__(self, model: PreTrainedModel, max_verify_tokens: int | None = None, compile: bool = False):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        max_verify_tokens: int | None = None,
+        compile: bool = False,
+        static_capacity: int | None = None,
+    ):
         """`max_verify_tokens` caps the tokens of one model call: longer trees (and prompts) are fed in
         chunks, each attending to the rows the earlier chunks wrote, with the same outputs.
-        `compile`: verification forwards (not prefills) through torch.compile, see models/compiled.py."""
+        `compile`: verification forwards (not prefills) through torch.compile, see models/compiled.py.
+        `static_capacity`: one static KV cache of this many rows for every request (fixed shapes; with
+        compile on CUDA, verification forwards replay CUDA graphs)."""
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise ValueError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.model = model
@@ -77,7 +92,9 @@ class Runner:
         self.dtype = model.dtype
         self.cache: TreeKVCache | None = None
         self.forwards = 0
-        self.compiled = compile_model(model) if compile else None
+        self.static_capacity = static_capacity
+        cuda_graphs = static_capacity is not None and self.device.type == "cuda"
+        self.compiled = compile_model(model, cuda_graphs) if compile else None
 
     @property
     def length(self) -> int:
@@ -87,17 +104,26 @@ class Runner:
         """Start a new sequence; the buffers are allocated once and reused while they are big enough."""
         if self.compiled is not None:
             capacity += BUCKETS[-1]  # room for padding rows past the last tree
+        if self.static_capacity is not None:
+            if capacity > self.static_capacity:
+                raise InvalidRequestError(
+                    f"this request needs {capacity} KV rows; the static cache holds {self.static_capacity}"
+                )
+            capacity = self.static_capacity
         if self.cache is None or self.cache.capacity < capacity:
-            self.cache = TreeKVCache(self.config.num_hidden_layers, capacity)
+            static_on = self.device if self.static_capacity is not None else None
+            self.cache = TreeKVCache(self.config.num_hidden_layers, capacity, static_on=static_on)
         self.cache.set_length(0)
         self.forwards = 0
 
     def masks(self, prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor):
         """The attention mask(s) for trees written at slot `start` of rows whose committed lengths are `prefix`."""
-        full = tree_mask(prefix, start, positions, ancestors, None, self.dtype)
+        width = self.static_capacity
+        full = tree_mask(prefix, start, positions, ancestors, None, self.dtype, width)
         if not self.hybrid:
             return full
-        return {"full_attention": full, "sliding_attention": tree_mask(prefix, start, positions, ancestors, self.sliding_window, self.dtype)}
+        sliding = tree_mask(prefix, start, positions, ancestors, self.sliding_window, self.dtype, width)
+        return {"full_attention": full, "sliding_attention": sliding}
 
     @torch.no_grad()
     def run(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
@@ -106,7 +132,7 @@ class Runner:
         model = self.model
         if self.compiled is not None and not last_only and size is not None:
             model = self.compiled
-            tokens, positions, mask = pad_queries(tokens, positions, mask, size)
+            tokens, positions, mask = pad_queries(tokens, positions, mask, size, self.static_capacity is not None)
         out = model(
             input_ids=tokens.to(self.device),
             position_ids=positions,
@@ -117,8 +143,11 @@ class Runner:
             logits_to_keep=1 if last_only else 0,
         )
         self.forwards += 1
-        hidden = out.hidden_states[-1]
-        return (out.logits, hidden[:, -1:]) if last_only else (out.logits[:, :t], hidden[:, :t])
+        logits, hidden = out.logits, out.hidden_states[-1]
+        logits, hidden = (logits, hidden[:, -1:]) if last_only else (logits[:, :t], hidden[:, :t])
+        if model is not self.model and self.static_capacity is not None:  # a CUDA graph's next replay overwrites them
+            logits, hidden = logits.clone(), hidden.clone()
+        return logits, hidden
 
     @torch.no_grad()
     def forward(
