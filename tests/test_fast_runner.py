@@ -69,6 +69,20 @@ def test_compiled_runner_matches_eager_runner(engine: Engine) -> None:
             assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
 
 
+@pytest.mark.slow
+def test_compiled_static_cache_matches_eager(engine: Engine) -> None:
+    """What --compile runs on CUDA (a static cache, fixed shapes), here through inductor on the CPU
+    without the CUDA-graph replay: same tokens as plain decoding, nothing compiled after warm_up."""
+    compiled = Engine(engine.loaded, DraftConfig(node_budget=3))
+    compiled.runner = Runner(engine.model, compile=True, static_capacity=512)
+    compiled.warm_up()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for prompt in PROMPTS:
+            want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
+            assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+            assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
+
+
 def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
     assert any(isinstance(m, Int8Linear) for m in int8_engine.model.modules())
     for prompt in PROMPTS:

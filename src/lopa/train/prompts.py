@@ -1,22 +1,16 @@
-"""Training prompts that this project writes itself, plus text that ships with this machine.
+"""Training prompts that this project writes itself, plus passages of Python stdlib docstrings.
 
 Self-distillation needs only prompts: the targets are the base model's own answers.
 The mix mirrors the kinds of requests a chat model gets (writing, roleplay, reasoning,
 math, coding, extraction, STEM, humanities, translation, summarisation, QA over a
-passage) without using any benchmark's prompts. Besides its own templates it reads text
-that ships with this machine: stdlib docstrings, the Python language reference (pydoc's
-topics) as passages, and the gettext catalogues under /usr/share/locale as sentences to
-translate into English.
+passage) without using any benchmark's prompts.
 """
 
 from __future__ import annotations
 
-import gettext
 import importlib
 import inspect
 import random
-import re
-from pathlib import Path
 
 TOPICS = [
     "volcanoes", "the Roman Empire", "photosynthesis", "black holes", "the stock market", "honey bees",
@@ -25,23 +19,11 @@ TOPICS = [
     "the French Revolution", "quantum computers", "recycling", "the Olympic Games", "sleep", "glaciers",
     "ancient Egypt", "social media", "renewable energy", "the immune system", "bridges", "tea ceremonies",
     "the internet", "dinosaurs", "inflation", "marathon training", "origami", "the water cycle",
-    "the Renaissance", "earthquakes", "coral reefs", "the Industrial Revolution", "artificial satellites",
-    "public libraries", "the Great Wall of China", "solar panels", "migratory birds", "the Cold War",
-    "nutrition", "smartphones", "democracy", "antibiotics", "the ocean tides", "volunteering",
-    "the history of flight", "urban gardening", "plate tectonics", "classical music", "cryptography",
-    "remote work", "the Amazon river", "space tourism", "mental health", "the theory of evolution",
-    "wind turbines", "ancient Greece", "DNA", "traffic congestion", "the Mars rovers", "fast fashion",
-]
-PLACES = [
-    "Hawaii", "Kyoto", "Iceland", "Morocco", "Peru", "the Scottish Highlands", "Cape Town", "Venice",
-    "New Zealand", "Istanbul", "Patagonia", "Vietnam",
 ]
 WRITING = [
     "Write a short story about {t}.", "Write a poem about {t}.", "Write a blog post about {t}.",
     "Write a persuasive essay on why people should learn about {t}.", "Draft an email to a friend about {t}.",
     "Write a product description for a museum exhibit on {t}.", "Compose a speech for a school event on {t}.",
-    "Write a travel blog post about a recent trip to {p}.", "Compose a short, engaging social media post about {t}.",
-    "Write a formal letter to a city council proposing a project about {t}.",
 ]
 ROLEPLAY = [
     "Pretend you are a tour guide. Tell visitors about {t}.", "Act as a teacher and explain {t} to a class of ten-year-olds.",
@@ -51,8 +33,6 @@ STEM_HUM = [
     "Explain {t} in simple terms.", "What are the main facts everyone should know about {t}?",
     "Describe the history of {t}.", "What are the advantages and disadvantages of {t}?",
     "List five interesting facts about {t}.", "How does {t} affect everyday life?", "Compare {t} and {u}.",
-    "What is the difference between {t} and {u}?", "Answer briefly: why does {t} matter?",
-    "What are common misconceptions about {t}?",
 ]
 CODING = [
     "Write a Python function that {c}.", "Write a Python function that {c}, with a docstring and an example.",
@@ -112,35 +92,6 @@ def _reasoning(rng: random.Random) -> str:
     ])
 
 
-LOCALE_DIR = "/usr/share/locale"
-LOCALE_LANGUAGES = {"de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "pt": "Portuguese", "nl": "Dutch"}
-
-
-def localized_sentences(min_chars: int = 40, max_chars: int = 300) -> list[tuple[str, str]]:
-    """(language, translated message) pairs from the gettext catalogues installed on this machine."""
-    pairs = []
-    for code, language in LOCALE_LANGUAGES.items():
-        for path in sorted(Path(LOCALE_DIR, code, "LC_MESSAGES").glob("*.mo")):
-            try:
-                with path.open("rb") as fh:
-                    catalog = gettext.GNUTranslations(fh)._catalog
-            except (OSError, ValueError, UnicodeDecodeError):
-                continue
-            for source, text in catalog.items():
-                plain = isinstance(text, str) and not any(c in text for c in "%{}<>\n\\_")
-                if plain and min_chars <= len(text) <= max_chars and text != source:
-                    pairs.append((language, text))
-    return pairs
-
-
-def reference_passages(min_chars: int = 300, max_chars: int = 1200) -> list[str]:
-    """Paragraphs of the Python language reference that ships with the interpreter (pydoc's topics)."""
-    from pydoc_data.topics import topics
-
-    paragraphs = (" ".join(p.split()) for key in sorted(topics) for p in re.split(r"\n\s*\n", topics[key]))
-    return [p for p in paragraphs if min_chars <= len(p) <= max_chars]
-
-
 def docstring_passages(min_chars: int = 300, max_chars: int = 1200) -> list[str]:
     """Docstrings of stdlib functions and classes on this machine, a few hundred characters each."""
     passages = []
@@ -156,15 +107,13 @@ def docstring_passages(min_chars: int = 300, max_chars: int = 1200) -> list[str]
 def training_prompts(count: int, seed: int = 0) -> list[str]:
     """`count` distinct user prompts, drawn evenly from every kind of request."""
     rng = random.Random(seed)
-    passages = docstring_passages() + reference_passages()
-    foreign = localized_sentences() or [("French", "Bonjour, comment allez-vous aujourd'hui ?")]
+    passages = docstring_passages()
     kinds = [
-        lambda: rng.choice(WRITING).format(t=rng.choice(TOPICS), p=rng.choice(PLACES)),
+        lambda: rng.choice(WRITING).format(t=rng.choice(TOPICS)),
         lambda: rng.choice(ROLEPLAY).format(t=rng.choice(TOPICS)),
         lambda: rng.choice(STEM_HUM).format(t=rng.choice(TOPICS), u=rng.choice(TOPICS)),
         lambda: rng.choice(CODING).format(c=rng.choice(CODE_TASKS)),
         lambda: f"Translate into {rng.choice(LANGUAGES)}: {rng.choice(SENTENCES)}",
-        lambda: "Translate {} to English: {}".format(*rng.choice(foreign)),
         lambda: rng.choice(PASSAGE_TASKS).format(p=rng.choice(passages)),
         lambda: _math(rng),
         lambda: _reasoning(rng),
