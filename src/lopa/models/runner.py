@@ -47,9 +47,9 @@ def tree_mask(
     if window is not None:
         kv_pos = torch.cat([slots.expand(b, start), positions], dim=1)
         allowed &= kv_pos[:, None, :] > positions[:, k - t :, None] - window
-    mask = torch.full((b, t, width or start + k), torch.finfo(dtype).min, dtype=dtype, device=positions.device)
-    mask[:, :, : start + k].masked_fill_(allowed, 0.0)
-    return mask[:, None]
+    mask = torch.full((b, 1, t, width or start + k), torch.finfo(dtype).min, dtype=dtype, device=positions.device)
+    mask[:, 0, :, : start + k].masked_fill_(allowed, 0.0)
+    return mask  # not a view: the compiled runner would have to copy a view (see compiled._owned)
 
 
 def chunks(total: int, limit: int | None) -> list[tuple[int, int]]:
