@@ -93,8 +93,8 @@ class Runner:
         self.cache: TreeKVCache | None = None
         self.forwards = 0
         self.static_capacity = static_capacity
-        cuda_graphs = static_capacity is not None and self.device.type == "cuda"
-        self.compiled = compile_model(model, cuda_graphs) if compile else None
+        self.cuda_graphs = compile and static_capacity is not None and self.device.type == "cuda"
+        self.compiled = compile_model(model, self.cuda_graphs) if compile else None
 
     @property
     def length(self) -> int:
@@ -145,7 +145,7 @@ class Runner:
         self.forwards += 1
         logits, hidden = out.logits, out.hidden_states[-1]
         logits, hidden = (logits, hidden[:, -1:]) if last_only else (logits[:, :t], hidden[:, :t])
-        if model is not self.model and self.static_capacity is not None:  # a CUDA graph's next replay overwrites them
+        if model is not self.model and self.cuda_graphs:  # the graph's next replay overwrites its outputs
             logits, hidden = logits.clone(), hidden.clone()
         return logits, hidden
 
