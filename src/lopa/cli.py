@@ -33,7 +33,7 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="LOSSY: an int8 copy verifies drafts, full precision every --lossy-calibration-every steps")
     parser.add_argument("--lossy-calibration-every", type=int, default=10, metavar="N")
     parser.add_argument("--compile", action="store_true",
-                        help="verify trees through torch.compile (faster steps; ~25 s to build each of 7 tree-size graphs on first use)")
+                        help="verify trees through torch.compile (faster steps; minutes to build the 7 tree-size graphs on first use)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
     parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
     parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")

@@ -1,10 +1,11 @@
 """CPU linear layers without the small-M cliff: MKL-packed weights for tree-sized inputs.
 
 A verification forward multiplies 2 to 64 rows by every weight matrix. Through the default
-fp32 path (sgemm on the plain row-major weight) a 16-row product costs 2-3x a 1-row one;
+fp32 path (sgemm on the plain row-major weight) a 16-row product costs well above a 1-row one;
 MKL's packed GEMM (the weight reordered once by `cblas_sgemm_pack`, what inductor itself
-uses for frozen fp32 linears) stays much closer to the 1-row cost, and measured faster than
-oneDNN's packed path from 4 to 16 rows (docs/bench). For one row the plain path is best.
+uses for frozen fp32 linears) stays closer to the 1-row cost, and was faster than oneDNN's
+packed path from 4 to 16 rows in a comparison that was not recorded (the README's "What was
+tried"). For one row the plain path is best.
 PackedLinear keeps both: the original weight (still the module's parameter, so fingerprints,
 parameter counts and training see the same model) and the packed copy, and picks by row
 count. The packed product is a registered custom op, so torch.compile treats it as one opaque

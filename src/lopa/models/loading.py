@@ -1,7 +1,7 @@
 """Load a causal LM from a catalog name, a local HF directory or a GGUF file.
 
-GGUF files are dequantised by transformers once (about 20 s) and cached as an fp32
-safetensors copy, so later loads take well under 2 s.
+GGUF files are dequantised by transformers once and cached as an fp32 safetensors copy,
+so later loads are much faster.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ quantization, deprecated in torch 2.13, scales activations per tensor: a row's o
 then depends on the other rows of the forward and int8 lopa drifts from int8 plain.)
 Rounding amplifies noise, though: a float difference of 1e-7 between a tree forward and
 a 1-token forward (attention kernels sum in shape-dependent orders) can move an activation
-across a rounding boundary and change a logit by 0.05. So int8 models run attention in
+across a rounding boundary and change a logit visibly. So int8 models run attention in
 float64 (a registered transformers attention function, no patching): its shape-dependent
 noise is then far below fp32 resolution and the fp32 inputs of every quantizer match.
 The lm_head shares its matrix with the input embedding; it stays fp32 (it decides the
