@@ -1,17 +1,17 @@
-"""Shared fixtures: the real default model (loaded once) and a tiny random Llama for statistics."""
+"""Shared fixtures: the default model loaded once for the whole run, an unmodified transformers copy
+of it as the reference, and a tiny random Llama for statistics."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from lopa import Engine
 
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench_dev.jsonl"
+TIE = 1e-4  # a greedy divergence is allowed only where the reference's top-2 logits are this close
 
 
 @pytest.fixture(scope="session")
@@ -19,11 +19,57 @@ def engine() -> Engine:
     return Engine.from_pretrained()
 
 
+@dataclass
+class StockReference:
+    """Plain transformers: the model and tokenizer as `from_pretrained` gives them, no lopa code.
+
+    Its `generate(do_sample=False)` is what every greedy lopa output must equal."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    _runs: dict = field(default_factory=dict)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The chat template's ids where the model has one (as lopa applies it), else the raw text's."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer(text).input_ids
+        messages = [{"role": "user", "content": text}]
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+    @classmethod
+    def of(cls, engine: Engine) -> "StockReference":
+        """Load the engine's model again, as stock transformers would."""
+        path = engine.loaded.path
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+        return cls(model, AutoTokenizer.from_pretrained(path))
+
+    def greedy(self, text: str, new_tokens: int) -> tuple[list[int], list[int], list[torch.Tensor]]:
+        """(prompt ids, generated ids, the logits of each step); memoised across tests."""
+        key = (text, new_tokens)
+        if key not in self._runs:
+            ids = self.prompt_ids(text)
+            out = self.model.generate(
+                torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True
+            )
+            self._runs[key] = (ids, out.sequences[0, len(ids) :].tolist(), [step[0] for step in out.logits])
+        return self._runs[key]
+
+    def divergence(self, text: str, got: list[int], new_tokens: int) -> str | None:
+        """None if `got` is the reference's output; "tie@N" at an allowed near-tie; else a description."""
+        _, want, logits = self.greedy(text, new_tokens)
+        if got == want:
+            return None
+        step = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        if step < len(logits):
+            top2 = torch.topk(logits[step].float(), 2).values
+            if float(top2[0] - top2[1]) < TIE:
+                return f"tie@{step}"
+        return f"diverged at step {step}: got {got[step:step + 5]}, want {want[step:step + 5]}"
+
+
 @pytest.fixture(scope="session")
-def spec_bench() -> list[dict]:
-    if not SPEC_BENCH.exists():
-        pytest.skip(f"{SPEC_BENCH} is not beside the checkout")
-    return [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
+def stock(engine: Engine) -> StockReference:
+    return StockReference.of(engine)
 
 
 def tiny_llama(vocab: int = 32, seed: int = 0) -> LlamaForCausalLM:

@@ -1,84 +1,88 @@
-"""Greedy lookahead decoding emits exactly the tokens of plain decoding."""
+"""Greedy lookahead decoding emits exactly the tokens of stock transformers `generate()`, and drafts really pay.
+
+The reference is an unmodified transformers model (no packed linears, no lopa code); lopa
+runs with its defaults (packed linears, every drafter). Each test also checks that drafting
+happened, so a lopa that quietly decoded one token per forward would fail here.
+"""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
-import torch
 
-from lopa import Engine
+from lopa import DraftConfig, Engine
 
-NEW_TOKENS = 128
-TIE = 1e-4  # a divergence is allowed only where the plain run's top-2 logits are this close
+from .conftest import StockReference
+from .prompts import ALL, COPY, FAST, TestPrompt, accepted_by_source
 
-
-TWICE = ("summarization", "coding", "qa", "rag", "translation", "math_reasoning", "writing")
-
-
-def pick_prompts(spec_bench: list[dict], per_category: int, twice: tuple[str, ...] = ()) -> list[dict]:
-    """The first prompts of every category: `per_category` each, one more for those in `twice`."""
-    chosen: dict[str, list[dict]] = {}
-    for row in spec_bench:
-        bucket = chosen.setdefault(row["category"], [])
-        if len(bucket) < per_category + (row["category"] in twice):
-            bucket.append(row)
-    return [row for rows in chosen.values() for row in rows]
+NEW_TOKENS = 64  # the fast stage; the slow stage decodes 128
+DRAFTER_SOURCES = {"lookup": {"lookup"}, "pool": {"pool", "jacobi"}, "heads": {"heads"}}
+ONLY = {  # each drafter switched on alone, with a fixed window so the cost model cannot veto its drafts
+    "lookup": DraftConfig(use_ngram_pool=False, use_heads=False, dynamic_window=False),
+    "pool": DraftConfig(use_prompt_lookup=False, use_heads=False, dynamic_window=False),
+    "heads": DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False),
+}
+MIN_COPY_TPF = 2.0  # median tokens per forward on the copy-friendly prompts, fixed window
 
 
-def hf_greedy(engine: Engine, prompt_ids: list[int], new_tokens: int) -> tuple[list[int], list[torch.Tensor]]:
-    out = engine.model.generate(
-        torch.tensor([prompt_ids]),
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
-    return out.sequences[0, len(prompt_ids) :].tolist(), [step[0] for step in out.logits]
-
-
-def near_tie(logits: torch.Tensor) -> bool:
-    top2 = torch.topk(logits.float(), 2).values
-    return float(top2[0] - top2[1]) < TIE
-
-
-def test_lopa_matches_transformers_generate(engine: Engine, spec_bench: list[dict]) -> None:
-    prompts = pick_prompts(spec_bench, per_category=1, twice=TWICE)  # 20 prompts over 13 categories
-    assert len(prompts) == 20
-    ties, failures = [], []
-    for row in prompts:
-        ids = engine.encode_prompt(row["turns"][0])
-        want, logits = hf_greedy(engine, ids, NEW_TOKENS)
-        got = engine.generate(ids, max_new_tokens=NEW_TOKENS).token_ids
-        if got == want:
-            continue
-        step = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        where = f"question {row['question_id']} ({row['category']}) step {step}"
-        (ties if step < len(logits) and near_tie(logits[step]) else failures).append(where)
+def sweep(engine: Engine, stock: StockReference, prompts: list[TestPrompt], new_tokens: int, **kw) -> tuple[list, list, list]:
+    """Decode every prompt; returns (divergences, results, near-ties) and checks lopa's chat template."""
+    failures, results, ties = [], [], []
+    for p in prompts:
+        ids = stock.prompt_ids(p.text)
+        assert engine.encode_prompt(p.text) == ids, f"{p.id}: lopa's prompt ids differ from the chat template's"
+        result = engine.generate(ids, max_new_tokens=new_tokens, **kw)
+        results.append(result)
+        problem = stock.divergence(p.text, result.token_ids, new_tokens)
+        if problem and problem.startswith("tie@"):
+            ties.append(f"{p.id} {problem}")
+        elif problem:
+            failures.append(f"{p.id}: {problem}")
     if ties:
         print(f"allowed near-tie divergences: {ties}")
-    assert not failures, f"lopa diverged from plain greedy decoding at {failures}"
+    return failures, results, ties
 
 
-def test_lopa_matches_ar_method(engine: Engine, spec_bench: list[dict]) -> None:
-    for row in pick_prompts(spec_bench, per_category=1)[::2]:
-        ar = engine.generate(row["turns"][0], max_new_tokens=64, method="ar")
-        lopa = engine.generate(row["turns"][0], max_new_tokens=64, method="lopa")
-        assert lopa.token_ids == ar.token_ids, row["question_id"]
-        assert ar.stats.forwards == ar.stats.new_tokens - 1  # one token per forward after prefill
-        assert lopa.stats.forwards <= ar.stats.forwards
+def assert_every_drafter_drafted(results: list, drafters: list[str]) -> None:
+    kept = sum((accepted_by_source(r.stats.steps) for r in results), start=accepted_by_source([]))
+    for name in drafters:
+        assert sum(kept[s] for s in DRAFTER_SOURCES[name]) > 0, f"no token drafted by {name} was accepted: {dict(kept)}"
 
 
-@pytest.mark.slow
-def test_gemma3_greedy_matches_transformers(spec_bench: list[dict]) -> None:
-    """Gemma 3: sliding-window layers; the summarization prompts exceed its 512-token window."""
-    engine = Engine.from_pretrained("gemma3-270m")
-    rows = [r for r in spec_bench if r["category"] in ("summarization", "coding", "writing")][::12][:4]
-    for row in rows:
-        ids = engine.encode_prompt(row["turns"][0])
-        want, logits = hf_greedy(engine, ids, 64)
-        got = engine.generate(ids, max_new_tokens=64).token_ids
-        if got != want:
-            step = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)
-            assert near_tie(logits[step]), f"question {row['question_id']} diverged at step {step}"
+def test_lopa_matches_stock_generate(engine: Engine, stock: StockReference) -> None:
+    """One prompt per kind of work (a 500+ token summary among them), every drafter on."""
+    assert engine.heads is not None, "the shipped predictor loads by default"
+    failures, results, _ = sweep(engine, stock, FAST, NEW_TOKENS)
+    assert not failures, failures
+    assert_every_drafter_drafted(results, ["lookup", "pool", "heads"])
+    ar_forwards = sum(r.stats.new_tokens - 1 for r in results)
+    assert sum(r.stats.forwards for r in results) < 0.8 * ar_forwards, "drafting saved almost no forwards"
+
+
+@pytest.mark.parametrize("drafter", sorted(ONLY))
+def test_each_drafter_alone_is_lossless_and_drafts(engine: Engine, stock: StockReference, drafter: str) -> None:
+    alone = Engine(engine.loaded, ONLY[drafter], heads=None if drafter == "heads" else False)
+    failures, results, _ = sweep(alone, stock, FAST[1:4], NEW_TOKENS)
+    assert not failures, failures
+    assert_every_drafter_drafted(results, [drafter])
+
+
+def test_copy_friendly_prompts_reach_a_minimum_tokens_per_forward(engine: Engine, stock: StockReference) -> None:
+    """Answers that repeat the prompt: prompt lookup must pay. A fixed window makes the tree (and TPF) machine-independent."""
+    fixed = Engine(engine.loaded, DraftConfig(dynamic_window=False))
+    failures, results, _ = sweep(fixed, stock, COPY, NEW_TOKENS)
+    assert not failures, failures
+    tpf = statistics.median(r.stats.tokens_per_forward for r in results)
+    assert tpf >= MIN_COPY_TPF, f"median tokens per forward {tpf:.2f} on copy-friendly prompts"
+    assert_every_drafter_drafted(results, ["lookup"])
+
+
+def test_ar_method_matches_stock_generate(engine: Engine, stock: StockReference) -> None:
+    """`ar` (lopa's runner, no drafting) is plain decoding: one token per forward, stock's tokens."""
+    failures, results, _ = sweep(engine, stock, FAST[:2], NEW_TOKENS, method="ar")
+    assert not failures, failures
+    assert all(r.stats.forwards == r.stats.new_tokens - 1 for r in results)
 
 
 def test_ignore_eos_runs_to_the_limit(engine: Engine) -> None:
@@ -89,3 +93,24 @@ def test_ignore_eos_runs_to_the_limit(engine: Engine) -> None:
     lopa = engine.generate("Say hi.", max_new_tokens=40, ignore_eos=True)
     assert len(ar.token_ids) == 40 and ar.finish_reason == "length"
     assert lopa.token_ids == ar.token_ids
+
+
+@pytest.mark.slow
+def test_full_prompt_set_matches_stock_generate(engine: Engine, stock: StockReference) -> None:
+    """Every test prompt (22, two 500+ token summaries) x 128 tokens, lopa and ar, against stock generate()."""
+    failures, results, _ = sweep(engine, stock, ALL, 128)
+    assert not failures, failures
+    assert_every_drafter_drafted(results, ["lookup", "pool", "heads"])
+    failures, _, _ = sweep(engine, stock, ALL, 128, method="ar")
+    assert not failures, failures
+
+
+@pytest.mark.slow
+def test_gemma3_greedy_matches_stock_generate() -> None:
+    """Gemma 3: sliding-window layers; the summaries exceed its 512-token window."""
+    engine = Engine.from_pretrained("gemma3-270m")
+    stock = StockReference.of(engine)
+    prompts = [p for p in ALL if p.category in ("summarization", "coding")][:4]
+    failures, results, _ = sweep(engine, stock, prompts, 64)
+    assert not failures, failures
+    assert_every_drafter_drafted(results, ["lookup", "pool"])

@@ -168,6 +168,7 @@ def test_drafter_proposes_from_the_last_accepted_hidden_state(engine, heads_dir)
             assert conf == pytest.approx(float(probs[d, j])) and 0 < conf <= 1
 
 
+@pytest.mark.slow
 def test_greedy_with_heads_is_identical_to_plain_decoding(engine):
     assert engine.heads is not None
     drafted_by_heads = 0

@@ -45,13 +45,6 @@ def strict():
         srv.stop()
 
 
-@pytest.fixture(scope="module")
-def engine():
-    from lopa import Engine
-
-    return Engine.from_pretrained()
-
-
 def chat(url: str, prompt: str, max_tokens: int = 24, **extra) -> httpx.Response:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, **extra}
     return httpx.post(url + "/v1/chat/completions", json=body, timeout=120.0, headers=extra.pop("headers", None))
@@ -201,7 +194,7 @@ def test_sigterm_drains_and_exits(strict):
     assert strict.proc.wait(60) == 0
 
 
-@pytest.mark.skipif(not shutil.which("chromium") or not shutil.which("chromedriver"), reason="chromium not installed")
+@pytest.mark.skipif(not shutil.which("chromium") or not shutil.which("chromedriver"), reason="optional capability: chromium and chromedriver not installed (.ci/run installs them)")
 def test_web_page_streams_coloured_tokens(server, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -227,8 +220,12 @@ def test_web_page_streams_coloured_tokens(server, tmp_path):
         WebDriverWait(driver, 90).until(lambda d: d.find_element(By.ID, "state").text == "done")
         spans = driver.find_elements(By.CSS_SELECTOR, "#out span.tok")
         assert len(spans) == int(driver.find_element(By.ID, "ntok").text) > 0
-        assert {s.get_attribute("title") for s in spans} >= {"bonus"}
-        assert float(driver.find_element(By.ID, "tpf").text) >= 1.0
+        colour = {s.get_attribute("title"): s.value_of_css_property("background-color") for s in spans}
+        drafted = {title: c for title, c in colour.items() if title != "bonus"}
+        assert drafted, f"no drafted token on the page: {colour}"
+        transparent = colour.get("bonus", "rgba(0, 0, 0, 0)")
+        assert all(c != transparent for c in drafted.values()), f"drafted tokens are not coloured: {colour}"
+        assert float(driver.find_element(By.ID, "tpf").text) > 1.0
         assert not driver.find_element(By.ID, "error").text
     finally:
         driver.quit()

@@ -1,0 +1,128 @@
+"""The self-distillation corpus on a tiny random Llama with a character tokenizer: chunks, resume, manifest."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import string
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from lopa.train.corpus import CorpusSettings, build_corpus, chat_ids, load_corpus
+from lopa.train.data import cut_at_eos
+from lopa.train.sources import read_mo
+
+from .conftest import tiny_llama
+
+SETTINGS = CorpusSettings(prompts=40, chunk_size=12, batch=4, max_new_tokens=10, sampled_fraction=0.5)
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per printable character, BOS 0 and EOS 1 as in tiny_llama, and a one-line chat template."""
+    vocab = {"<s>": 0, "</s>": 1, "<unk>": 2} | {c: i + 3 for i, c in enumerate(string.printable)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}A: {% endif %}"
+    return fast
+
+
+def write_mo(path, catalogue: dict[str, str]) -> None:
+    """A little-endian gettext .mo file (the format read_mo parses)."""
+    keys = sorted(catalogue)
+    ids, strs = (b"".join(s.encode() + b"\0" for s in seq) for seq in (keys, [catalogue[k] for k in keys]))
+    n, start = len(keys), 28 + 16 * len(keys)
+    table, pos = [], start
+    for s in keys:
+        table += [len(s.encode()), pos]
+        pos += len(s.encode()) + 1
+    trans, pos = [], start + len(ids)
+    for k in keys:
+        trans += [len(catalogue[k].encode()), pos]
+        pos += len(catalogue[k].encode()) + 1
+    header = struct.pack("<7I", 0x950412DE, 0, n, 28, 28 + 8 * n, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header + struct.pack(f"<{2 * n}I", *table) + struct.pack(f"<{2 * n}I", *trans) + ids + strs)
+
+
+@pytest.fixture(scope="module")
+def locale(tmp_path_factory):
+    root = tmp_path_factory.mktemp("locale")
+    messages = {f"could not open the file number {i} because the disk is full": f"Datei {i} nicht offen, Platte voll" for i in range(30)}
+    write_mo(root / "de" / "LC_MESSAGES" / "demo.mo", messages)
+    write_mo(root / "de" / "LC_MESSAGES" / "iso_3166-1.mo", {"France": "Frankreich", "Peru": "Peru"})
+    return root
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = char_tokenizer()
+    model = tiny_llama(vocab=len(tok))
+    calls = []
+    stock = model.generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("input_ids", args[0] if args else None).shape[0])
+        return stock(*args, **kwargs)
+
+    model.generate = counted
+    return model, tok, calls
+
+
+def test_read_mo(locale):
+    catalogue = read_mo(locale / "de" / "LC_MESSAGES" / "iso_3166-1.mo")
+    assert catalogue == {"France": "Frankreich", "Peru": "Peru"}
+
+
+def test_build_resume_and_load(tmp_path, setup, locale):
+    model, tok, calls = setup
+    out = tmp_path / "corpus"
+    first = build_corpus(out, model, tok, SETTINGS, chunks=1, locale_root=locale)
+    assert first["chunks_made"] == 1 and first["chunks_total"] >= 3
+    chunk0 = (out / "chunk-00000.npz").stat().st_mtime_ns
+    calls.clear()
+    second = build_corpus(out, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    assert second["chunks_made"] == 1 and (out / "chunk-00000.npz").stat().st_mtime_ns == chunk0
+    assert calls and all(n == SETTINGS.batch for n in calls)  # no self-instruct rerun, no chunk 0 redone, full batches
+
+    fresh = tmp_path / "fresh"
+    build_corpus(fresh, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    for name in ("chunk-00000.npz", "chunk-00001.npz"):
+        with np.load(out / name) as a, np.load(fresh / name) as b:
+            assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert (out / "manifest.jsonl").read_text() == (fresh / "manifest.jsonl").read_text()
+
+    prompts = [json.loads(line) for line in gzip.decompress((out / "prompts.jsonl.gz").read_bytes()).decode().splitlines()]
+    assert {p["source"].split(":")[0] for p in prompts} >= {"prompts.py", "locale", "pydoc"}
+    corpus = load_corpus(out)
+    assert len(corpus) == 2 * SETTINGS.chunk_size
+    assert {meta["mode"] for _, _, meta in corpus} == {"greedy", "sampled"}
+    for prompt_ids, answer_ids, meta in corpus:
+        text = prompts[meta["prompt"]]["text"]
+        assert prompt_ids == chat_ids(tok, text) and meta["prompt"] == meta["chunk"] * SETTINGS.chunk_size + meta["index"]
+        assert (meta["prompt_tokens"], meta["answer_tokens"]) == (len(prompt_ids), len(answer_ids)) and answer_ids
+        if meta["mode"] == "greedy":  # the model's own greedy continuation, as if generated alone
+            alone = model.generate(torch.tensor([prompt_ids]), max_new_tokens=SETTINGS.max_new_tokens, do_sample=False)
+            assert answer_ids == cut_at_eos(alone[0, len(prompt_ids):].tolist(), {1})
+
+
+def test_other_settings_refused(tmp_path, setup, locale):
+    model, tok, _ = setup
+    build_corpus(tmp_path, model, tok, SETTINGS, chunks=1, locale_root=locale)
+    with pytest.raises(ValueError, match="other settings"):
+        build_corpus(tmp_path, model, tok, CorpusSettings(**{**SETTINGS.__dict__, "batch": 8}), locale_root=locale)
+
+
+def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):
+    model, tok, _ = setup
+    build_corpus(tmp_path, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    whole = (tmp_path / "manifest.jsonl").read_text()
+    (tmp_path / "manifest.jsonl").write_text(whole[: len(whole) // 2 + 7])  # a stop in the middle of a write
+    build_corpus(tmp_path, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    assert (tmp_path / "manifest.jsonl").read_text() == whole

@@ -1,0 +1,197 @@
+"""The EAGLE-3 predictor on tiny random Llamas: cached drafting, the EAGLE-3 file layout, training, decoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from lopa import DraftConfig, GenerationConfig
+from lopa.decode.loop import Drafting, decode
+from lopa.decode.window import CostModel, WindowController
+from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal
+from lopa.draft.predictor_drafter import PredictorDrafter
+from lopa.draft.predictor_io import load_predictor, save_predictor
+from lopa.errors import ModelLoadError
+from lopa.models.runner import Runner
+from lopa.train.predictor import PredictorSettings, accuracy, teacher_force, train_predictor
+
+from .conftest import tiny_llama
+
+AUX = [1, 2, 3]
+PROMPT = [2, 3, 4, 5, 6, 2, 3, 4]
+
+
+def tiny_llama4(seed: int = 0) -> LlamaForCausalLM:
+    """tiny_llama with 4 layers, so low, middle and high aux layers differ."""
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, bos_token_id=0, eos_token_id=1, pad_token_id=1,
+        )
+    ).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40.0)
+    return model
+
+
+def untrained(model, seed: int = 1) -> Eagle3Predictor:
+    torch.manual_seed(seed)
+    return Eagle3Predictor(PredictorConfig.for_base(model, AUX, 24), model.get_input_embeddings().weight).eval()
+
+
+def greedy(model, prompt: list[int], n: int) -> list[int]:
+    return [t for r in decode(Runner(model), prompt, GenerationConfig(max_new_tokens=n), set(), None) for t in r.tokens]
+
+
+def run_drafted(model, predictor, prompt, cfg: GenerationConfig):
+    drafter = PredictorDrafter(predictor)
+    runner = Runner(model)
+    runner.hidden_layers = drafter.hidden_layers
+    drafting = Drafting([drafter], WindowController(4, 16, CostModel.flat()), DraftConfig())
+    records = list(decode(runner, prompt, cfg, set(), drafting))
+    return [t for r in records for t in r.tokens], sum(r.accepted for r in records)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama4()
+
+
+@pytest.fixture(scope="module")
+def trained(model, tmp_path_factory):
+    """A predictor trained on the tiny model's own greedy answers to 24 random prompts."""
+    gen = torch.Generator().manual_seed(0)
+    sequences = []
+    for _ in range(24):
+        prompt = torch.randint(2, 32, (6,), generator=gen).tolist()
+        sequences.append((prompt, greedy(model, prompt, 24)))
+    out = tmp_path_factory.mktemp("predictor")
+    settings = PredictorSettings(epochs=30, batch_size=8, lr=3e-3, ttt_steps=3)
+    predictor, log = train_predictor(model, sequences, aux_layers=AUX, draft_vocab_size=24, settings=settings, out=out)
+    return predictor, log, sequences, out
+
+
+def test_cached_drafting_matches_recomputation(model) -> None:
+    predictor = untrained(model)
+    n = len(PROMPT)
+    with torch.no_grad():
+        layers = torch.cat([model(torch.tensor([PROMPT]), output_hidden_states=True).hidden_states[i][0] for i in AUX], -1)
+        cache = PredictorCache(capacity=4)  # small: the cache must grow on the way
+        feats = predictor.fuse(layers)
+        tokens, positions = torch.tensor(PROMPT[1:] + [7]), torch.arange(1, n + 1)
+        logits, out = cache.run(predictor, feats, tokens, positions, causal(n))
+        cache.commit()
+        rows = [(feats[i], int(tokens[i]), int(positions[i]), logits[i]) for i in range(n)]
+        # k chain steps, one row each, feeding back the predictor's own feature and argmax token
+        feature, logit = out[-1], logits[-1]
+        for step in range(4):
+            token = int(predictor.draft_ids[logit.argmax()])
+            logit_row, out_row = cache.run(predictor, feature[None], torch.tensor([token]), torch.tensor([n + 1 + step]), causal(1))
+            cache.commit()
+            rows.append((feature, token, n + 1 + step, logit_row[0]))
+            feature, logit = out_row[0], logit_row[0]
+        # a tree: two siblings after the chain, then a child of the second one
+        sib_feats, sib_tokens, pos = feature[None].expand(2, -1), torch.tensor([5, 9]), torch.full((2,), n + 5)
+        sib_logits, sib_out = cache.run(predictor, sib_feats, sib_tokens, pos, torch.eye(2, dtype=torch.bool))
+        child_of_second = torch.tensor([[False, True, True]])  # over the two sibling rows and its own
+        child_logits, _ = cache.run(predictor, sib_out[1:], torch.tensor([11]), torch.tensor([n + 6]), child_of_second)
+        # recompute without a cache, the whole path to the child in one causal forward
+        path = rows + [(sib_feats[1], 9, n + 5, sib_logits[1]), (sib_out[1], 11, n + 6, child_logits[0])]
+        full, _ = predictor(
+            torch.stack([r[0] for r in path])[None],
+            torch.tensor([[r[1] for r in path]]),
+            torch.tensor([[r[2] for r in path]]),
+            torch.zeros(1, 1, len(path), len(path)).masked_fill_(~causal(len(path)), float("-inf")),
+            DynamicCache(),
+        )
+        assert torch.allclose(full[0], torch.stack([r[3] for r in path]), atol=1e-5)
+        assert not torch.allclose(sib_logits[0], sib_logits[1], atol=1e-3)  # siblings differ: the check is not vacuous
+
+
+def test_parameters_are_counted_and_small_for_a_real_model() -> None:
+    """SmolLM2-135M's shape (on the meta device): the default predictor stays under 5% of the base."""
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+        num_key_value_heads=3, tie_word_embeddings=True,
+    )
+    with torch.device("meta"):
+        base = LlamaForCausalLM(config)
+    base.model.embed_tokens.weight = torch.nn.Parameter(torch.zeros(49152, 576, dtype=torch.bfloat16))  # fingerprinted
+    base.lm_head.weight = base.model.embed_tokens.weight  # tied, as in SmolLM2: 134.5M parameters
+    with torch.device("meta"):
+        predictor = Eagle3Predictor(
+            PredictorConfig.for_base(base, draft_vocab_size=2048, intermediate_size=1024), base.get_input_embeddings().weight
+        )
+    stored = sum(v.numel() for k, v in predictor.state_dict().items() if k not in ("d2t", "t2d"))
+    assert predictor.num_parameters == stored
+    assert predictor.config.aux_layers == [2, 15, 27]
+    assert 134e6 < predictor.config.base["base_parameters"] < 135e6
+    assert predictor.summary()["percent_of_base"] < 5.0
+
+
+def test_save_load_round_trip_and_refusals(model, tmp_path) -> None:
+    predictor = untrained(model)
+    predictor.set_vocab(torch.arange(8, 32))
+    save_predictor(predictor, tmp_path / "p")
+    config = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["draft_vocab_size"] == 24
+    assert config["eagle_aux_hidden_state_layer_ids"] == AUX and config["target_hidden_size"] == 32
+    weights = load_file(str(tmp_path / "p" / "model.safetensors"))
+    assert {"fc.weight", "layers.0.hidden_norm.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} <= set(weights)
+    assert weights["layers.0.self_attn.q_proj.weight"].shape == (32, 64)
+    loaded = load_predictor(tmp_path / "p", model)
+    feats, tokens, positions = torch.randn(1, 5, 32), torch.tensor([[3, 4, 5, 6, 7]]), torch.arange(1, 6)[None]
+    mask = torch.zeros(1, 1, 5, 5).masked_fill_(~causal(5), float("-inf"))
+    with torch.no_grad():
+        assert torch.equal(predictor(feats, tokens, positions, mask, None)[0], loaded(feats, tokens, positions, mask, None)[0])
+    assert torch.equal(loaded.draft_ids, torch.arange(8, 32))
+
+    with pytest.raises(ModelLoadError, match="fingerprint"):
+        load_predictor(tmp_path / "p", tiny_llama4(seed=5))  # same shapes, other weights
+    with pytest.raises(ModelLoadError, match="hidden_size|vocab_size"):
+        load_predictor(tmp_path / "p", tiny_llama(vocab=48))
+
+    truncated = tmp_path / "truncated"
+    save_predictor(predictor, truncated)
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        load_predictor(truncated, model)
+
+    wrong = tmp_path / "wrong"
+    save_predictor(predictor, wrong)
+    weights["fc.weight"] = torch.zeros(32, 64)
+    save_file(weights, str(wrong / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match="does not match"):
+        load_predictor(wrong, model)
+
+
+def test_training_lowers_the_loss_and_learns_the_next_token(model, trained) -> None:
+    predictor, log, sequences, out = trained
+    assert log[-1]["loss"] < 0.5 * log[0]["loss"]
+    rows = teacher_force(model, sequences, AUX)
+    assert accuracy(untrained(model), rows)[0] < 0.2
+    assert accuracy(predictor, rows)[0] > 0.6  # chance is 1/32
+    resumed, more = train_predictor(model, sequences, settings=PredictorSettings(epochs=31), out=out, resume=True)
+    assert len(more) == 31 and torch.equal(resumed.d2t, predictor.d2t)
+
+
+def test_greedy_with_the_predictor_equals_plain(model, trained) -> None:
+    prompt = [5, 9, 17, 3, 22, 8]
+    plain = greedy(model, prompt, 40)
+    for predictor in (untrained(model), trained[0]):
+        got, accepted = run_drafted(model, predictor, prompt, GenerationConfig(max_new_tokens=40))
+        assert got == plain
+    assert accepted > 0, "the trained predictor's drafts were never accepted"
+
+
+def test_sampling_with_the_predictor_is_reproducible(model, trained) -> None:
+    cfg = GenerationConfig(max_new_tokens=24, temperature=1.0, seed=7)
+    a, _ = run_drafted(model, trained[0], PROMPT, cfg)
+    b, _ = run_drafted(model, trained[0], PROMPT, cfg)
+    assert a == b and len(a) == 24
