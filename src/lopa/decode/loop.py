@@ -82,8 +82,13 @@ class SequenceDecoder:
         budget = self.drafting.config.node_budget if self.drafting else 0
         return len(self.prompt) + self.cfg.max_new_tokens + budget + 2
 
-    def first(self, logits: torch.Tensor) -> StepRecord:
-        """Emit the first token from the prefill's last logits."""
+    def first(self, logits: torch.Tensor, layers: torch.Tensor | None = None) -> StepRecord:
+        """Emit the first token from the prefill's last logits; `layers` (ForwardOutput.layers) goes to the
+        drafters that observe the prefill (draft/base.py PrefillObserver)."""
+        if layers is not None and self.drafting:
+            for drafter in self.drafting.drafters:
+                if hasattr(drafter, "observe_prefill"):
+                    drafter.observe_prefill(layers)
         dist = target_distribution(logits, [self.prompt], self.cfg)
         token = int(dist[0].argmax()) if self.cfg.greedy else int(torch.multinomial(dist[0], 1, generator=self.generator))
         self.context = self.prompt + [token]
@@ -117,7 +122,7 @@ class SequenceDecoder:
         stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
         keep = min(len(new), cfg.max_new_tokens - self.produced, stop + 1 if stop is not None else len(new))
         if drafting:
-            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden)
+            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
             logprobs = out.logits[path].float().log_softmax(-1)[torch.arange(len(new)), torch.tensor(new)]
@@ -139,7 +144,8 @@ def decode(
     """Yield steps until EOS or max_new_tokens; the caller may stop early (stop strings)."""
     seq = SequenceDecoder(prompt, cfg, eos_ids, drafting)
     runner.reset(seq.capacity)
-    yield seq.first(runner.prefill(torch.tensor(prompt)).logits)
+    prefill = runner.prefill(torch.tensor(prompt))
+    yield seq.first(prefill.logits, prefill.layers)
     while not seq.done:
         tree = seq.tree()
         record, path = seq.advance(tree, runner.forward(*tree.tensors()))

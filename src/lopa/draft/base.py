@@ -30,6 +30,7 @@ class StepFeedback:
     accepted_nodes: list[int]  # tree node indices kept, root first
     new_tokens: list[int]  # tokens committed this step, bonus last (it becomes the next root)
     hidden: torch.Tensor  # last hidden state of every tree node, [T, hidden]
+    layers: torch.Tensor | None = None  # the Runner's hidden_layers of every tree node, [T, layers * hidden]
 
 
 class Drafter(Protocol):
@@ -43,3 +44,14 @@ class Drafter(Protocol):
 
     def observe(self, feedback: StepFeedback) -> None:
         """Learn from a verification step."""
+
+
+class PrefillObserver(Protocol):
+    """Optional drafter method: decode() calls it, where a drafter has it, with the prefill's hidden states.
+
+    Only the runner's `hidden_layers` of every prompt position come (the prefill keeps no other rows); a
+    drafter that drafts from the target's features of the whole prefix (the EAGLE-3 predictor) needs them.
+    """
+
+    def observe_prefill(self, layers: torch.Tensor) -> None:
+        """`layers` [prompt, layers * hidden]: row p is the prompt's position p."""

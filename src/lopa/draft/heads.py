@@ -57,16 +57,21 @@ class HeadsConfig:
 
 def base_identity(loaded) -> dict:
     """What a heads file records about its base model (a LoadedModel)."""
-    cfg = loaded.model.config
-    emb = loaded.model.get_input_embeddings().weight
+    return model_identity(loaded.model, loaded.name)
+
+
+def model_identity(model, name: str = "") -> dict:
+    """What a draft file records about its base model (a PreTrainedModel): sizes, architecture, weight fingerprints."""
+    cfg = model.config
+    emb = model.get_input_embeddings().weight
     return {
         "hidden_size": cfg.get_text_config().hidden_size,
-        "vocab_size": loaded.model.get_output_embeddings().weight.shape[0],
-        "architecture": (cfg.architectures or [type(loaded.model).__name__])[0],
-        "fingerprint": loaded.fingerprint,
+        "vocab_size": model.get_output_embeddings().weight.shape[0],
+        "architecture": (cfg.architectures or [type(model).__name__])[0],
+        "fingerprint": embedding_fingerprint(emb),
         "fingerprints": [embedding_fingerprint(emb.to(dtype)) for dtype in (torch.float16, torch.bfloat16)],
-        "base_name": loaded.name,
-        "base_parameters": loaded.num_parameters,
+        "base_name": name,
+        "base_parameters": sum(p.numel() for p in model.parameters()),
     }
 
 

@@ -64,9 +64,14 @@ class BatchRunner(Runner):
         prefix = torch.tensor(self.lengths[:n], device=self.device)
         positions = depths.to(self.device) + prefix[:, None]
         mask = self.masks(prefix, start, positions, ancestors.to(self.device))
-        logits, hidden = self.run(self._view(0, n, start), tokens, positions, mask, last_only=False)
+        logits, hidden, layers = self.run(self._view(0, n, start), tokens, positions, mask, last_only=False)
         self._start = start
-        return [ForwardOutput(logits[row, : tok.numel()], hidden[row, : tok.numel()]) for row, (tok, _, _) in enumerate(trees)]
+        return [
+            ForwardOutput(
+                logits[row, : tok.numel()], hidden[row, : tok.numel()], None if layers is None else layers[row, : tok.numel()]
+            )
+            for row, (tok, _, _) in enumerate(trees)
+        ]
 
     def commit_row(self, slot: int, nodes: list[int]) -> None:
         """Keep tree nodes `nodes` (root first) of the last verify as the slot's next prefix rows."""

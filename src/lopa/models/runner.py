@@ -25,6 +25,7 @@ SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 class ForwardOutput:
     logits: torch.Tensor  # [T, vocab] (or [1, vocab] when only the last row was asked for)
     hidden: torch.Tensor  # [T, hidden] last hidden state, for lookahead heads
+    layers: torch.Tensor | None = None  # [T, len(hidden_layers) * hidden] for Runner.hidden_layers; every row, prefill too
 
 
 def tree_mask(
@@ -95,6 +96,9 @@ class Runner:
         self.static_capacity = static_capacity
         self.cuda_graphs = compile and static_capacity is not None and self.device.type == "cuda"
         self.compiled = compile_model(model, self.cuda_graphs) if compile else None
+        # hidden_states indices (0 = embeddings, i = the input of decoder layer i) a drafter reads, such as
+        # EAGLE-3's low/middle/high layers; ForwardOutput.layers carries them, empty = None (the default)
+        self.hidden_layers: tuple[int, ...] = ()
 
     @property
     def length(self) -> int:
@@ -127,7 +131,8 @@ class Runner:
 
     @torch.no_grad()
     def run(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
-        """One stock transformers forward of tokens [B, T]; returns (logits, last hidden state), both [B, T or 1, ...]."""
+        """One stock transformers forward of tokens [B, T]; returns (logits, last hidden state, hidden_layers or None):
+        logits and last hidden state [B, T or 1, ...], the hidden_layers [B, T, len * hidden] for all T rows."""
         t, size = tokens.shape[1], bucket(tokens.shape[1])
         model = self.model
         if self.compiled is not None and not last_only and size is not None:
@@ -145,9 +150,11 @@ class Runner:
         self.forwards += 1
         logits, hidden = out.logits, out.hidden_states[-1]
         logits, hidden = (logits, hidden[:, -1:]) if last_only else (logits[:, :t], hidden[:, :t])
+        layers = torch.cat([out.hidden_states[i][:, :t] for i in self.hidden_layers], -1) if self.hidden_layers else None
         if model is not self.model and self.cuda_graphs:  # the graph's next replay overwrites its outputs
             logits, hidden = logits.clone(), hidden.clone()
-        return logits, hidden
+            layers = layers.clone() if layers is not None else None
+        return logits, hidden, layers
 
     @torch.no_grad()
     def forward(
@@ -164,18 +171,22 @@ class Runner:
         prefix = torch.tensor([base], device=self.device)
         ancestors = ancestors.to(self.device)[None]
         parts = chunks(t, self.max_verify_tokens)
-        logits, hidden = [], []
+        logits, hidden, layers = [], [], []
         for lo, hi in parts:
             self.cache.set_length(base + lo)
             mask = self.masks(prefix, base, positions[:, :hi], ancestors[:, lo:hi, :hi])
-            part_logits, part_hidden = self.run(self.cache, tokens[None, lo:hi], positions[:, lo:hi], mask, last_only)
+            part = self.run(self.cache, tokens[None, lo:hi], positions[:, lo:hi], mask, last_only)
+            part_logits, part_hidden, part_layers = part
             logits.append(part_logits[0])
             hidden.append(part_hidden[0])
+            if part_layers is not None:
+                layers.append(part_layers[0])
         self.cache.set_length(base)
         self.forwards -= len(parts) - 1  # a chunked verification is still one decoding step
+        all_layers = torch.cat(layers) if layers else None
         if last_only:
-            return ForwardOutput(logits[-1], hidden[-1])
-        return ForwardOutput(torch.cat(logits), torch.cat(hidden))
+            return ForwardOutput(logits[-1], hidden[-1], all_layers)
+        return ForwardOutput(torch.cat(logits), torch.cat(hidden), all_layers)
 
     def prefill(self, ids: torch.Tensor) -> ForwardOutput:
         """Feed the prompt causally, commit it, and return the last position's logits."""

@@ -156,7 +156,7 @@ class Scheduler:
                 out = self.runner.prefill_slot(slot, torch.tensor(job.prompt))
                 with self.metrics.lock:
                     self.metrics.prompt_tokens.inc(len(job.prompt))
-                self._deliver(job, job.seq.first(out.logits))
+                self._deliver(job, job.seq.first(out.logits, out.layers))
             except Exception as exc:  # one bad request must not take the others down
                 self._end(job, "error", str(exc))
                 continue

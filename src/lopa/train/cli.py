@@ -1,4 +1,5 @@
-"""`lopa train-heads`: self-distil lookahead heads for a model (see src/lopa/data/heads/README.md)."""
+"""`lopa train-heads`: self-distil lookahead heads for a model (see src/lopa/data/heads/README.md);
+`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,23 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_train_heads, no_heads=True)
 
+    c = subparsers.add_parser("build-corpus", help="generate the self-distillation corpus (resumable, in chunks)")
+    c.add_argument("--out", required=True, type=Path, help="corpus directory (an existing one is resumed)")
+    c.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
+    c.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    c.add_argument("--prompts", type=int, default=8192, help="prompts asked of the sources (fewer remain after deduplication)")
+    c.add_argument("--chunk-size", type=int, default=64, help="prompts answered per chunk file")
+    c.add_argument("--batch", type=int, default=16, help="sequences per generate() call")
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--sampled-fraction", type=float, default=0.5, help="share of sampled (not greedy) answers")
+    c.add_argument("--temperature", type=float, default=0.8, help="for sampled answers and self-instruct")
+    c.add_argument("--top-p", type=float, default=0.95)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--chunks", type=int, default=None, help="stop after the first N chunks exist (default: all)")
+    c.add_argument("--max-minutes", type=float, default=0.0, help="start no chunk after this long (0 = no limit)")
+    c.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
+    c.set_defaults(func=_build_corpus)
+
 
 def _train_heads(args: argparse.Namespace) -> int:
     import torch
@@ -68,4 +86,21 @@ def _train_heads(args: argparse.Namespace) -> int:
     )
     result = train_heads(loaded, data, config, args.draft_vocab, args.out, settings, resume=args.resume)
     print(json.dumps({"out": str(args.out), "held_out": result}))
+    return 0
+
+
+def _build_corpus(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..models.loading import load_model
+    from .corpus import CorpusSettings, build_corpus
+
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, device=args.device, pack=False)  # stock generate(), no lopa layers
+    settings = CorpusSettings(
+        prompts=args.prompts, chunk_size=args.chunk_size, batch=args.batch, max_new_tokens=args.max_new_tokens,
+        sampled_fraction=args.sampled_fraction, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+    )
+    summary = build_corpus(args.out, loaded.model, loaded.tokenizer, settings, chunks=args.chunks, max_minutes=args.max_minutes)
+    print(json.dumps(summary))
     return 0

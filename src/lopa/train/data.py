@@ -37,7 +37,15 @@ class HeadsData:
         return HeadsData(self.hidden[rows], self.roots[rows], self.targets[rows], self.sequence[rows])
 
 
-def _left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def eos_and_pad(model) -> tuple[set[int], int]:
+    """The model's end-of-sequence ids and the id to left-pad batches with (EOS when it has no pad)."""
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    pad = model.generation_config.pad_token_id
+    return eos, pad if pad is not None else min(eos, default=0)
+
+
+def left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(map(len, batch))
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
     mask = torch.zeros(len(batch), width, dtype=torch.long)
@@ -47,11 +55,15 @@ def _left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Ten
     return ids, mask
 
 
+def cut_at_eos(gen: list[int], eos: set[int]) -> list[int]:
+    """Generated ids up to and including the first EOS (padding after it dropped)."""
+    return gen[: next((i + 1 for i, t in enumerate(gen) if t in eos), len(gen))]
+
+
 def _answer_rows(gen: list[int], hidden: torch.Tensor, eos: set[int], num_targets: int, first_seq: int):
     """Rows of one answer: hidden [steps, H] for answer tokens gen; cut after the first EOS."""
-    length = next((i + 1 for i, t in enumerate(gen) if t in eos), len(gen))
-    gen = gen[:length]
-    rows = length - 1  # the last token has no continuation to predict
+    gen = cut_at_eos(gen, eos)
+    rows = len(gen) - 1  # the last token has no continuation to predict
     targets = torch.full((max(rows, 0), num_targets), IGNORE, dtype=torch.long)
     for r in range(rows):
         after = gen[r + 1 : r + 1 + num_targets]
@@ -62,11 +74,8 @@ def _answer_rows(gen: list[int], hidden: torch.Tensor, eos: set[int], num_target
 @torch.no_grad()
 def generate_shard(model, prompts: list[list[int]], max_new_tokens: int, num_targets: int, first_seq: int) -> dict:
     """Greedy answers to a batch of prompt ids and the rows they give (see module docstring)."""
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    pad = model.generation_config.pad_token_id
-    pad = pad if pad is not None else min(eos, default=0)
-    ids, mask = _left_pad(prompts, pad)
+    eos, pad = eos_and_pad(model)
+    ids, mask = left_pad(prompts, pad)
     out = model.generate(
         input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
         do_sample=False, num_beams=1, pad_token_id=pad, output_hidden_states=True, return_dict_in_generate=True,
@@ -98,3 +107,25 @@ def build_data(
             path.with_suffix(".tmp").replace(path)
         shards.append(load_file(str(path)))
     return HeadsData(*(torch.cat([s[name] for s in shards]) for name in HeadsData.__annotations__))
+
+
+@torch.no_grad()
+def generate_answers(
+    model, prompts: list[list[int]], max_new_tokens: int, *, seed: int | None = None, temperature: float = 0.8,
+    top_p: float = 0.95,
+) -> list[list[int]]:
+    """Answers to a batch of prompt ids by stock `generate()`, each cut after its first EOS.
+
+    seed None: greedy; otherwise sampled (temperature, top-p) with torch seeded by it, so a rerun
+    of the same batch gives the same answers."""
+    eos, pad = eos_and_pad(model)
+    ids, mask = left_pad(prompts, pad)
+    sampling = {"do_sample": False}
+    if seed is not None:
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
+        torch.manual_seed(seed)
+    out = model.generate(
+        input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
+        num_beams=1, pad_token_id=pad, **sampling,
+    )
+    return [cut_at_eos(gen, eos) for gen in out[:, ids.shape[1] :].tolist()]

@@ -1,0 +1,136 @@
+"""EAGLE-2 dynamic draft trees from an Eagle3Predictor.
+
+After every verification the drafter runs its predictor over the rows of the tokens just committed
+(each with the target's features of the position before it), which also yields the distribution after
+the new root. Drafting then grows a tree depth by depth: the `top_k` nodes of the newest depth with the
+highest cumulative log-probability are expanded in one batched predictor forward (their rows attend to
+the committed rows and to their own ancestors in the predictor's cache), each adding its `top_k`
+likeliest children. At the end all drafted nodes are reranked by cumulative log-probability and the
+best `max_nodes` go out as root-to-leaf Proposals whose confidences are the predictor's probabilities;
+tree.py merges them with the other drafters' proposals.
+
+The predictor reads the target's hidden states of its aux layers: set `runner.hidden_layers =
+drafter.hidden_layers`, so verification (StepFeedback.layers) and prefill (observe_prefill) carry them.
+It never touches the target's KV cache; its own is discarded past the committed rows after each draft.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from .base import Proposal, StepFeedback
+from .predictor import Eagle3Predictor, PredictorCache, causal
+
+
+@dataclass
+class _Node:
+    token: int  # target id
+    parent: int  # node index, -1 for the root's children
+    depth: int
+    prob: float  # the predictor's probability of this token given its parent
+    score: float  # cumulative log-probability
+    rows: list[int] = field(default_factory=list)  # drafted cache rows of its ancestors and itself, once expanded
+    feature: torch.Tensor | None = None  # the parent row's output feature: this node's row input
+
+
+class PredictorDrafter:
+    source = "predictor"
+
+    def __init__(self, predictor: Eagle3Predictor, top_k: int = 4, max_depth: int = 6, max_nodes: int = 24):
+        self.predictor = predictor
+        self.top_k = top_k
+        self.max_depth = max_depth
+        self.max_nodes = max_nodes
+        self.cache = PredictorCache()
+        self.prefill: torch.Tensor | None = None
+        self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (draft logits, feature) after the tree root
+
+    @property
+    def hidden_layers(self) -> tuple[int, ...]:
+        """What Runner.hidden_layers must be for this drafter."""
+        return tuple(self.predictor.config.aux_layers)
+
+    def start(self, prompt: Sequence[int]) -> None:
+        self.cache.reset()
+        self.prefill = self.root = None
+
+    def observe_prefill(self, layers: torch.Tensor) -> None:
+        self.prefill = layers  # run at the first propose, when the first token (the root) is known
+
+    def observe(self, feedback: StepFeedback) -> None:
+        if feedback.layers is None:
+            raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
+        self._commit(feedback.new_tokens, feedback.layers[feedback.accepted_nodes])
+
+    def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
+        if self.prefill is not None:  # rows for prompt[1:] + the first token, from the prompt's features
+            self._commit(list(context[1:]), self.prefill)
+            self.prefill = None
+        if self.root is None:
+            raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
+        depth = min(max_depth, self.max_depth)
+        return self._draft(depth, len(context)) if depth > 0 else []
+
+    @torch.no_grad()
+    def _commit(self, tokens: list[int], layers: torch.Tensor) -> None:
+        """Rows for `tokens`, each paired with the target's features [len, aux * hidden] of the position before it."""
+        n = len(tokens)
+        positions = torch.arange(n) + self.cache.committed + 1  # row r holds the token at position r + 1
+        features = self.predictor.fuse(layers.to(self.predictor.fc.weight.device))
+        logits, out = self.cache.run(self.predictor, features, torch.tensor(tokens), positions, causal(n))
+        self.cache.commit()
+        self.root = (logits[-1], out[-1])
+
+    def _children(self, parent: int, logits: torch.Tensor, feature: torch.Tensor, nodes: list[_Node]) -> list[int]:
+        """Add the top_k children of node `parent` (-1: the root) from its row's logits; returns their indices."""
+        logp, idx = logits.float().log_softmax(-1).topk(min(self.top_k, logits.numel()))
+        tokens = self.predictor.draft_ids[idx].tolist()
+        base, depth = (0.0, 1) if parent < 0 else (nodes[parent].score, nodes[parent].depth + 1)
+        first = len(nodes)
+        for tok, lp in zip(tokens, logp.tolist()):
+            nodes.append(_Node(tok, parent, depth, math.exp(lp), base + lp, feature=feature))
+        return list(range(first, len(nodes)))
+
+    def _draft(self, depth: int, position: int) -> list[Proposal]:
+        """The EAGLE-2 tree of `depth` levels; `position` is the position of the root's children."""
+        nodes: list[_Node] = []
+        logits, feature = self.root
+        frontier = self._children(-1, logits, feature, nodes)
+        for level in range(1, depth):
+            expand = sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k]
+            drafted, t = self.cache.drafted, len(expand)
+            ancestors = torch.zeros(t, drafted + t, dtype=torch.bool)
+            for row, i in enumerate(expand):
+                parent_rows = nodes[nodes[i].parent].rows if nodes[i].parent >= 0 else []
+                nodes[i].rows = parent_rows + [drafted + row]
+                ancestors[row, nodes[i].rows] = True
+            logits, out = self.cache.run(
+                self.predictor,
+                torch.stack([nodes[i].feature for i in expand]),
+                torch.tensor([nodes[i].token for i in expand]),
+                torch.full((t,), position + level - 1),
+                ancestors,
+            )
+            frontier = [c for row, i in enumerate(expand) for c in self._children(i, logits[row], out[row], nodes)]
+        self.cache.discard()
+        return self._proposals(nodes)
+
+    def _proposals(self, nodes: list[_Node]) -> list[Proposal]:
+        """Rerank every drafted node by cumulative log-probability; the best max_nodes as root-to-leaf paths.
+
+        A child never scores above its parent, so (parents first on ties) the chosen nodes form a tree."""
+        chosen = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))[: self.max_nodes]
+        parents = {nodes[i].parent for i in chosen}
+        proposals = []
+        for leaf in (i for i in chosen if i not in parents):
+            path, i = [], leaf
+            while i >= 0:
+                path.append(nodes[i])
+                i = nodes[i].parent
+            path.reverse()
+            proposals.append(Proposal([n.token for n in path], [n.prob for n in path], self.source))
+        return proposals
