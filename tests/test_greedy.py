@@ -17,7 +17,7 @@ from .conftest import StockReference
 from .prompts import ALL, COPY, FAST, TestPrompt, accepted_by_source
 
 NEW_TOKENS = 64  # the fast stage; the slow stage decodes 128
-DRAFTER_SOURCES = {"lookup": {"lookup"}, "pool": {"pool", "jacobi"}, "heads": {"heads"}}
+DRAFTER_SOURCES = {"lookup": {"lookup"}, "pool": {"pool", "jacobi"}, "heads": {"heads"}, "predictor": {"predictor"}}
 ONLY = {  # each drafter switched on alone, with a fixed window so the cost model cannot veto its drafts
     "lookup": DraftConfig(use_ngram_pool=False, use_heads=False, dynamic_window=False),
     "pool": DraftConfig(use_prompt_lookup=False, use_heads=False, dynamic_window=False),

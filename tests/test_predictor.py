@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from lopa import DraftConfig, GenerationConfig
+from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.window import CostModel, WindowController
 from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal
@@ -20,6 +20,8 @@ from lopa.models.runner import Runner
 from lopa.train.predictor import PredictorSettings, accuracy, teacher_force, train_predictor
 
 from .conftest import tiny_llama
+from .prompts import FAST
+from .test_greedy import assert_every_drafter_drafted, sweep
 
 AUX = [1, 2, 3]
 PROMPT = [2, 3, 4, 5, 6, 2, 3, 4]
@@ -195,3 +197,18 @@ def test_sampling_with_the_predictor_is_reproducible(model, trained) -> None:
     a, _ = run_drafted(model, trained[0], PROMPT, cfg)
     b, _ = run_drafted(model, trained[0], PROMPT, cfg)
     assert a == b and len(a) == 24
+
+
+def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock, tmp_path) -> None:
+    """The default model through Engine(predictor=...): a predictor overfit on the model's own answers to three
+    prompts drafts them back; lopa still equals stock generate() and the predictor's drafts are accepted."""
+    prompts = FAST[:3]
+    sequences = [stock.greedy(p.text, 64)[:2] for p in prompts]
+    settings = PredictorSettings(epochs=40, batch_size=4, lr=3e-3, ttt_steps=3)
+    train_predictor(engine.model, sequences, draft_vocab_size=512, intermediate_size=256, settings=settings, out=tmp_path)
+    only = DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False)
+    drafted = Engine(engine.loaded, only, heads=False, predictor=str(tmp_path))
+    assert drafted.runner.hidden_layers == tuple(drafted.predictor.config.aux_layers)
+    failures, results, _ = sweep(drafted, stock, prompts, 64)
+    assert not failures, failures
+    assert_every_drafter_drafted(results, ["predictor"])

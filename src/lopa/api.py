@@ -14,6 +14,8 @@ from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
 from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
 from .draft.int8_draft import Int8Drafter
+from .draft.predictor_drafter import PredictorDrafter
+from .draft.predictor_io import load_predictor
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
@@ -76,6 +78,7 @@ class Engine:
         heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
+        predictor: str | None = None,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -86,6 +89,10 @@ class Engine:
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.runner = Runner(self.model, max_verify_tokens, compile, cuda_graph_capacity(self.model, compile))
+        # an EAGLE-3 predictor directory (draft/predictor_io.py); it reads the target's aux-layer features
+        self.predictor = load_predictor(predictor, self.model) if predictor else None
+        if self.predictor is not None:
+            self.runner.hidden_layers = tuple(self.predictor.config.aux_layers)
         self._cost: CostModel | None = None
         self._warm = False
         self._int8_runner: Runner | None = None
@@ -104,15 +111,17 @@ class Engine:
         heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
+        predictor: str | None = None,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
         `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
         `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
+        `predictor`: an EAGLE-3 predictor directory (speculators layout) that drafts EAGLE-2 trees; None for none.
         """
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(loaded, draft, heads, max_verify_tokens, compile)
+        return cls(loaded, draft, heads, max_verify_tokens, compile, predictor)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -193,6 +202,8 @@ class Engine:
             drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
         if self.heads is not None:
             drafters.append(HeadsDrafter(self.heads, c.top_k_per_depth))
+        if self.predictor is not None:
+            drafters.append(PredictorDrafter(self.predictor, c.top_k_per_depth, c.max_depth, c.node_budget))
         if c.use_int8_draft:
             drafters.append(Int8Drafter(self.int8_runner, depth=c.int8_draft_depth))
         controller = WindowController(c.max_depth, c.node_budget, self.cost_model, c.dynamic_window)

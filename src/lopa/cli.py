@@ -37,6 +37,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
     parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
     parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
+    parser.add_argument("--predictor", default=None, metavar="PATH",
+                        help="an EAGLE-3 predictor directory (speculators layout) that drafts too (default: none)")
 
 
 def load_engine(args: argparse.Namespace):
@@ -51,7 +53,7 @@ def load_engine(args: argparse.Namespace):
     heads = False if args.no_heads else args.heads
     return Engine.from_pretrained(
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads,
-        max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
+        max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile, predictor=args.predictor,
     )
 
 

@@ -57,6 +57,7 @@ def _error(status: int, message: str, type: str = "invalid_request_error", param
 def create_app(engine, options: ServeOptions) -> FastAPI:
     capacity = min(options.max_context, engine.runner.max_positions)
     runner = BatchRunner(engine.model, options.max_batch, capacity)
+    runner.hidden_layers = engine.runner.hidden_layers  # the features a predictor drafts from
     scheduler = Scheduler(engine, runner, options.max_queue, options.batch_nodes)
     model_name = engine.loaded.name
     budget = engine.draft.node_budget + 2
