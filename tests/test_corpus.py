@@ -126,3 +126,22 @@ def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):
     (tmp_path / "manifest.jsonl").write_text(whole[: len(whole) // 2 + 7])  # a stop in the middle of a write
     build_corpus(tmp_path, model, tok, SETTINGS, chunks=2, locale_root=locale)
     assert (tmp_path / "manifest.jsonl").read_text() == whole
+
+
+def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
+    """`lopa train-predictor --corpus`: features recomputed from the stored ids, a loadable EAGLE-3 directory out."""
+    from lopa.cli import main
+    from lopa.draft.predictor_io import load_predictor
+
+    tok, model_dir, corpus, out = char_tokenizer(), tmp_path / "model", tmp_path / "corpus", tmp_path / "predictor"
+    model = tiny_llama(vocab=len(tok))
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    build_corpus(corpus, model, tok, SETTINGS, chunks=1, locale_root=locale)
+    argv = ["train-predictor", "--corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "--epochs", "2",
+            "--draft-vocab", "16", "--intermediate-size", "32", "--held-out", "0.25"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["train_sequences"] + result["held_out_sequences"] == SETTINGS.chunk_size
+    assert len(result["held_out_top1_by_step"]) == 3 and json.loads((out / "held_out.json").read_text()) == result
+    assert load_predictor(out, model).config.draft_vocab_size == 16

@@ -1,5 +1,6 @@
 """`lopa train-heads`: self-distil lookahead heads for a model (see src/lopa/data/heads/README.md);
-`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md)."""
+`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md);
+`lopa train-predictor`: train an EAGLE-3 predictor on that corpus (features recomputed by teacher forcing)."""
 
 from __future__ import annotations
 
@@ -53,6 +54,22 @@ def register(subparsers) -> None:
     c.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
     c.set_defaults(func=_build_corpus)
 
+    t = subparsers.add_parser("train-predictor", help="train an EAGLE-3 predictor on a self-distillation corpus")
+    t.add_argument("--corpus", required=True, type=Path, help="a `lopa build-corpus` directory")
+    t.add_argument("--out", required=True, type=Path, help="predictor directory (EAGLE-3 / speculators layout)")
+    t.add_argument("--model", default=None, help="the corpus's base model (default: SmolLM2-135M-Instruct)")
+    t.add_argument("--sequences", type=int, default=None, help="use the first N corpus sequences (default: all)")
+    t.add_argument("--held-out", type=float, default=0.05, help="share of sequences kept out of training, for accuracy")
+    t.add_argument("--epochs", type=int, default=10)
+    t.add_argument("--batch-size", type=int, default=8, help="sequences per step")
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training (EAGLE-3's training-time test)")
+    t.add_argument("--draft-vocab", type=int, default=2048, help="most frequent target tokens the predictor can propose")
+    t.add_argument("--intermediate-size", type=int, default=1024, help="the predictor layer's MLP width")
+    t.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
+    t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
+    t.set_defaults(func=_train_predictor)
+
 
 def _train_heads(args: argparse.Namespace) -> int:
     import torch
@@ -103,4 +120,29 @@ def _build_corpus(args: argparse.Namespace) -> int:
     )
     summary = build_corpus(args.out, loaded.model, loaded.tokenizer, settings, chunks=args.chunks, max_minutes=args.max_minutes)
     print(json.dumps(summary))
+    return 0
+
+
+def _train_predictor(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..models.loading import load_model
+    from .corpus import load_corpus
+    from .predictor import PredictorSettings, accuracy, teacher_force, train_predictor
+
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, pack=False)
+    sequences = [(prompt, answer) for prompt, answer, _ in load_corpus(args.corpus)][: args.sequences]
+    held = max(1, int(len(sequences) * args.held_out))
+    train, held_out = sequences[held:], sequences[:held]
+    settings = PredictorSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps)
+    predictor, log = train_predictor(
+        loaded.model, train, draft_vocab_size=args.draft_vocab, intermediate_size=args.intermediate_size,
+        settings=settings, out=args.out, resume=args.resume, name=loaded.name,
+    )
+    rows = teacher_force(loaded.model, held_out, predictor.config.aux_layers)
+    result = {"train_sequences": len(train), "held_out_sequences": len(held_out), "loss": log[-1]["loss"] if log else None,
+              "held_out_top1_by_step": accuracy(predictor, rows, args.ttt_steps), **predictor.summary()}
+    (args.out / "held_out.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result))
     return 0
