@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from ..errors import ModelLoadError
 from ..models.loading import embedding_fingerprint
 from .base import Proposal, StepFeedback
+from .files import read_config_json, read_weights
 
 FORMAT = "lopa-heads/1"
 WEIGHTS = "heads.safetensors"
@@ -160,12 +160,7 @@ def save_heads(heads: LookaheadHeads, out: Path | str) -> None:
 
 
 def _read_config(path: Path) -> HeadsConfig:
-    try:
-        raw = json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is not a heads directory: no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path / CONFIG} is not valid JSON: {exc}") from None
+    raw = read_config_json(path, CONFIG, "heads")
     if not isinstance(raw, dict) or raw.pop("format", None) != FORMAT:
         raise ModelLoadError(f"{path / CONFIG} is not a {FORMAT} heads config")
     try:
@@ -193,12 +188,7 @@ def load_heads(path: Path | str, loaded) -> LookaheadHeads:
         raise ModelLoadError(f"heads path {path} does not exist or is not a directory")
     config = _read_config(path)
     _check_base(config, loaded, path)
-    try:
-        tensors = load_file(str(path / WEIGHTS))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} has no {WEIGHTS}") from None
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path / WEIGHTS} is truncated or corrupt: {exc}") from None
+    tensors = read_weights(path, WEIGHTS)
     vocab_ids = tensors.get("vocab_ids")
     if vocab_ids is None or vocab_ids.ndim != 1 or not vocab_ids.numel() or int(vocab_ids.max()) >= config.vocab_size:
         raise ModelLoadError(f"{path / WEIGHTS} has no valid vocab_ids")

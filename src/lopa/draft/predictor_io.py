@@ -38,10 +38,10 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..errors import ModelLoadError
+from .files import read_config_json, read_weights
 from .heads import model_identity
 from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
 
@@ -83,12 +83,7 @@ def save_predictor(predictor: Eagle3Predictor, out: Path | str) -> None:
 
 
 def _read_config(path: Path, model) -> PredictorConfig:
-    try:
-        raw = json.loads((path / CONFIG).read_text())
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} is not a predictor directory: no {CONFIG}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path / CONFIG} is not valid JSON: {exc}") from None
+    raw = read_config_json(path, CONFIG, "predictor")
     if not isinstance(raw, dict) or raw.get("speculators_model_type") != "eagle3":
         raise ModelLoadError(f"{path / CONFIG} is not an EAGLE-3 (speculators eagle3) config")
     layer = raw.get("transformer_layer_config")
@@ -135,12 +130,7 @@ def _check_base(config: PredictorConfig, model, path: Path) -> None:
 
 
 def _read_weights(path: Path, config: PredictorConfig) -> dict[str, torch.Tensor]:
-    try:
-        tensors = load_file(str(path / WEIGHTS))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path} has no {WEIGHTS}") from None
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path / WEIGHTS} is truncated or corrupt: {exc}") from None
+    tensors = read_weights(path, WEIGHTS)
     # EAGLE's own files name the layer "midlayer"; a trained embedding or the verifier's head are not used:
     # lopa drafts on the target's frozen embedding.
     tensors = {k.replace("midlayer.", "layers.0."): v for k, v in tensors.items()}
