@@ -137,7 +137,7 @@ def train_predictor(
     state_path = Path(out) / STATE if out is not None else None
     if resume and state_path is not None and state_path.exists():
         predictor = load_predictor(out, model).requires_grad_(True).train()
-        state = torch.load(state_path)
+        state = torch.load(state_path, weights_only=True)  # tensors and plain values only: no pickled code
     else:
         config = PredictorConfig.for_base(model, aux_layers, draft_vocab_size, intermediate_size, name)
         predictor = Eagle3Predictor(config, model.get_input_embeddings().weight).train()
