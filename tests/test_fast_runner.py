@@ -162,7 +162,8 @@ def test_chunked_engine_generates_the_same_tokens(engine: Engine) -> None:
 
 def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     out = tmp_path / "prof"
-    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-heads"])
+    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-heads",
+                 "--decode-tokens", "24"])
     assert code == 0
     data = json.loads((out / "profile.json").read_text())
     assert set(data["latency_s"]) == {"1", "2"} and all(v > 0 for v in data["latency_s"].values())
@@ -170,6 +171,9 @@ def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     assert data["weight_bytes"] > 100e6 and data["copy_bandwidth_bytes_per_s"] > 0
     assert data["memory_floor_s"] == pytest.approx(data["weight_bytes"] / data["copy_bandwidth_bytes_per_s"])
     assert (out / "profile.png").stat().st_size > 1000
+    split = data["step_split"]
+    assert split["steps"] >= 2 and sum(split["share"].values()) == pytest.approx(1.0)
+    assert split["per_step_s"]["draft_s"] > 0 and split["per_step_s"]["verify_s"] > 0
 
 
 def test_profile_rejects_bad_sizes(capsys) -> None:

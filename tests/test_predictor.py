@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -12,12 +13,12 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.window import CostModel, WindowController
-from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal
+from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal, default_aux_layers
 from lopa.draft.predictor_drafter import PredictorDrafter
 from lopa.draft.predictor_io import load_predictor, save_predictor
 from lopa.errors import ModelLoadError
 from lopa.models.runner import Runner
-from lopa.train.predictor import PredictorSettings, accuracy, teacher_force, train_predictor
+from lopa.train.predictor import LOG, Features, PredictorSettings, accuracy, teacher_force, train_predictor
 
 from .conftest import tiny_llama
 from .prompts import FAST
@@ -74,7 +75,10 @@ def trained(model, tmp_path_factory):
         sequences.append((prompt, greedy(model, prompt, 24)))
     out = tmp_path_factory.mktemp("predictor")
     settings = PredictorSettings(epochs=30, batch_size=8, lr=3e-3, ttt_steps=3)
-    predictor, log = train_predictor(model, sequences, aux_layers=AUX, draft_vocab_size=24, settings=settings, out=out)
+    data = teacher_force(model, sequences, AUX)
+    predictor, log = train_predictor(
+        model, data, held_out=data, aux_layers=AUX, draft_vocab_size=24, settings=settings, out=out
+    )
     return predictor, log, sequences, out
 
 
@@ -179,8 +183,31 @@ def test_training_lowers_the_loss_and_learns_the_next_token(model, trained) -> N
     rows = teacher_force(model, sequences, AUX)
     assert accuracy(untrained(model), rows)[0] < 0.2
     assert accuracy(predictor, rows)[0] > 0.6  # chance is 1/32
-    resumed, more = train_predictor(model, sequences, settings=PredictorSettings(epochs=31), out=out, resume=True)
+    assert log[-1]["held_out_top1"] == accuracy(predictor, rows, 3)
+    logged = [json.loads(line) for line in (out / LOG).read_text().splitlines()]
+    assert logged == log and len(logged) == 30
+    resumed, more = train_predictor(model, rows, settings=PredictorSettings(epochs=31), out=out, resume=True)
     assert len(more) == 31 and torch.equal(resumed.d2t, predictor.d2t)
+
+
+def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
+    """Batched, right-padded teacher forcing gives each sequence's rows as one-at-a-time runs do; the cache
+    file (split in blocks) gives them back."""
+    gen = torch.Generator().manual_seed(3)
+    sequences = [(torch.randint(2, 32, (3 + i % 4,), generator=gen).tolist(), torch.randint(2, 32, (5 + 3 * i,), generator=gen).tolist())
+                 for i in range(7)]
+    alone = Features.concat([teacher_force(model, [s], AUX) for s in sequences])
+    batched = teacher_force(model, sequences, AUX, batch_size=3)
+    assert torch.equal(alone.ids, batched.ids) and torch.equal(alone.offsets, batched.offsets)
+    assert torch.equal(alone.labels, batched.labels)
+    torch.testing.assert_close(alone.layers.float(), batched.layers.float(), atol=2e-2, rtol=1e-2)
+    assert (batched.labels >= 0).sum() == sum(len(a) for _, a in sequences)  # the last prompt row predicts answer[0]
+    with patch("lopa.train.predictor.CACHE_BLOCK", 3):
+        cached = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
+        assert len(list(tmp_path.glob("features-*.safetensors"))) == 3
+        again = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
+    for got in (cached, again):
+        assert all(torch.equal(getattr(got, k), getattr(batched, k)) for k in ("ids", "labels", "offsets"))
 
 
 def test_greedy_with_the_predictor_equals_plain(model, trained) -> None:
@@ -205,7 +232,8 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     prompts = FAST[:3]
     sequences = [stock.greedy(p.text, 64)[:2] for p in prompts]
     settings = PredictorSettings(epochs=40, batch_size=4, lr=3e-3, ttt_steps=3)
-    train_predictor(engine.model, sequences, draft_vocab_size=512, intermediate_size=256, settings=settings, out=tmp_path)
+    data = teacher_force(engine.model, sequences, default_aux_layers(engine.model.config.num_hidden_layers))
+    train_predictor(engine.model, data, draft_vocab_size=512, intermediate_size=256, settings=settings, out=tmp_path)
     only = DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False)
     drafted = Engine(engine.loaded, only, heads=False, predictor=str(tmp_path))
     assert drafted.runner.hidden_layers == tuple(drafted.predictor.config.aux_layers)

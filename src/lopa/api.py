@@ -15,7 +15,7 @@ from .draft import JacobiPoolDrafter, PromptLookupDrafter
 from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
 from .draft.int8_draft import Int8Drafter
 from .draft.predictor_drafter import PredictorDrafter
-from .draft.predictor_io import load_predictor
+from .draft.predictor_io import PredictorSpec, predictor_for
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
@@ -35,6 +35,8 @@ class GenerationStats:
     forwards: int = 0  # target-model forward passes after prefill
     prefill_s: float = 0.0
     wall_s: float = 0.0  # decode time: prefill + steps, model load excluded
+    draft_s: float = 0.0  # of which drafting: proposals, tree building, drafters observing verification
+    verify_s: float = 0.0  # of which verification forwards after the prefill
     tree_nodes: int = 0  # tokens fed to verification forwards, summed
     accept_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
     window: dict = field(default_factory=dict)  # dynamic window: moves of k and tree sizes chosen
@@ -49,6 +51,7 @@ class GenerationStats:
         data = asdict(self)
         data["tokens_per_forward"] = self.tokens_per_forward
         data["tokens_per_s"] = self.new_tokens / self.wall_s if self.wall_s else 0.0
+        data["bookkeeping_s"] = max(0.0, self.wall_s - self.prefill_s - self.draft_s - self.verify_s)
         return data
 
 
@@ -78,7 +81,7 @@ class Engine:
         heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
-        predictor: str | None = None,
+        predictor: PredictorSpec = None,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -89,8 +92,8 @@ class Engine:
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.runner = Runner(self.model, max_verify_tokens, compile, cuda_graph_capacity(self.model, compile))
-        # an EAGLE-3 predictor directory (draft/predictor_io.py); it reads the target's aux-layer features
-        self.predictor = load_predictor(predictor, self.model) if predictor else None
+        # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features
+        self.predictor = predictor_for(self.model, predictor, self.draft.use_predictor)
         if self.predictor is not None:
             self.runner.hidden_layers = tuple(self.predictor.config.aux_layers)
         self._cost: CostModel | None = None
@@ -111,14 +114,15 @@ class Engine:
         heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
-        predictor: str | None = None,
+        predictor: PredictorSpec = None,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
         `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
         `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
-        `predictor`: an EAGLE-3 predictor directory (speculators layout) that drafts EAGLE-2 trees; None for none.
+        `predictor`: an EAGLE-3 predictor (a speculators-layout directory or a loaded one) that drafts EAGLE-2
+        trees; False for none, None for the shipped predictor when it fits the model.
         """
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
         return cls(loaded, draft, heads, max_verify_tokens, compile, predictor)
@@ -237,6 +241,8 @@ class Engine:
             else:
                 stats.accept_lengths.append(record.accepted)
                 stats.tree_nodes += record.tree_size
+                stats.draft_s += record.draft_s
+                stats.verify_s += record.verify_s
             stats.steps.append({"tokens": record.tokens, "sources": record.sources})
             piece = text.push(record.tokens)
             if piece:

@@ -38,7 +38,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
     parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
     parser.add_argument("--predictor", default=None, metavar="PATH",
-                        help="an EAGLE-3 predictor directory (speculators layout) that drafts too (default: none)")
+                        help="an EAGLE-3 predictor directory (speculators layout; default: the shipped one, when it fits the model)")
+    parser.add_argument("--no-predictor", action="store_true", help="draft without the EAGLE-3 predictor")
 
 
 def load_engine(args: argparse.Namespace):
@@ -53,7 +54,8 @@ def load_engine(args: argparse.Namespace):
     heads = False if args.no_heads else args.heads
     return Engine.from_pretrained(
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads,
-        max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile, predictor=args.predictor,
+        max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
+        predictor=False if args.no_predictor else args.predictor,
     )
 
 
@@ -95,7 +97,8 @@ def _generate(args: argparse.Namespace) -> int:
     s = result.stats
     print(
         f"\n[{s.new_tokens} tokens, {s.forwards} forwards, {s.tokens_per_forward:.2f} tokens/forward, "
-        f"{s.new_tokens / s.wall_s:.1f} tokens/s]",
+        f"{s.new_tokens / s.wall_s:.1f} tokens/s; drafting {s.draft_s:.2f} s, verification {s.verify_s:.2f} s, "
+        f"prefill {s.prefill_s:.2f} s of {s.wall_s:.2f} s]",
         file=sys.stderr,
     )
     return 0
@@ -131,6 +134,10 @@ def _info(args: argparse.Namespace) -> int:
         h = engine.heads.summary()
         print(f"heads:        {h['heads']} (draft depth {h['depth']}, {h['layers_per_head']} layers each, {h['draft_vocab']} draft tokens)")
         print(f"heads params: {h['parameters']:,} ({h['percent_of_base']:.2f}% of the base)")
+    if engine.predictor is not None:
+        p = engine.predictor.summary()
+        print(f"predictor:    EAGLE-3, aux layers {p['aux_layers']}, {p['draft_vocab']} draft tokens, "
+              f"{p['parameters']:,} parameters ({p['percent_of_base']:.2f}% of the base)")
     return 0
 
 

@@ -6,6 +6,7 @@ line that decides what is emitted.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -28,6 +29,8 @@ class StepRecord:
     sources: list[str]  # per token: "heads", "lookup", "pool", "jacobi" (accepted drafts) or "bonus"
     tree_size: int
     depth: int
+    draft_s: float = 0.0  # drafters' time: proposing, building the tree, observing the verification
+    verify_s: float = 0.0  # the verification forward (on CUDA: its launch, unless the runner syncs)
 
     @property
     def accepted(self) -> int:
@@ -121,6 +124,7 @@ class SequenceDecoder:
         sources = [tree.sources[i] for i in path[1:]] + ["bonus"]
         stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
         keep = min(len(new), cfg.max_new_tokens - self.produced, stop + 1 if stop is not None else len(new))
+        observe_start = time.perf_counter()
         if drafting:
             feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden, out.layers)
             for drafter in drafting.drafters:
@@ -131,7 +135,7 @@ class SequenceDecoder:
         self.produced += keep
         self.step += 1
         self.done = (stop is not None and stop < keep) or self.produced >= cfg.max_new_tokens
-        return StepRecord(new[:keep], sources[:keep], tree.size, tree.depth), path
+        return StepRecord(new[:keep], sources[:keep], tree.size, tree.depth, time.perf_counter() - observe_start), path
 
 
 def decode(
@@ -147,7 +151,13 @@ def decode(
     prefill = runner.prefill(torch.tensor(prompt))
     yield seq.first(prefill.logits, prefill.layers)
     while not seq.done:
+        start = time.perf_counter()
         tree = seq.tree()
-        record, path = seq.advance(tree, runner.forward(*tree.tensors()))
+        drafted = time.perf_counter()
+        out = runner.forward(*tree.tensors())
+        verified = time.perf_counter()
+        record, path = seq.advance(tree, out)
+        record.draft_s += drafted - start
+        record.verify_s = verified - drafted
         runner.commit(path)
         yield record

@@ -211,6 +211,8 @@ def heads_for(loaded, spec: HeadsSpec, enabled: bool = True) -> LookaheadHeads |
     """
     if spec is False or not enabled:
         return None
+    if isinstance(spec, LookaheadHeads):
+        return spec
     if spec is None or spec is True:
         if spec is None and not _fits(DEFAULT_HEADS_DIR, loaded):
             return None

@@ -141,6 +141,33 @@ def _read_weights(path: Path, config: PredictorConfig) -> dict[str, torch.Tensor
     return tensors
 
 
+DEFAULT_PREDICTOR_DIR = Path(__file__).resolve().parent.parent / "data" / "predictor"
+PredictorSpec = str | Path | Eagle3Predictor | bool | None
+
+
+def predictor_for(model, spec: PredictorSpec, enabled: bool = True) -> Eagle3Predictor | None:
+    """Resolve an Engine's `predictor`: a directory, a loaded predictor, False (none), True (the shipped one,
+    required) or None (the shipped one only when it was trained for this very model)."""
+    if spec is False or not enabled:
+        return None
+    if isinstance(spec, Eagle3Predictor):
+        return spec
+    if spec is None or spec is True:
+        if spec is None and not fits(DEFAULT_PREDICTOR_DIR, model):
+            return None
+        spec = DEFAULT_PREDICTOR_DIR
+    return load_predictor(spec, model)
+
+
+def fits(path: Path, model) -> bool:
+    """Whether the predictor at `path` exists and was made for `model` (without loading its weights)."""
+    try:
+        config = _read_config(path, model)  # checks the base's sizes and fingerprint
+    except ModelLoadError:
+        return False
+    return bool(config.base.get("fingerprint"))
+
+
 def load_predictor(path: Path | str, model) -> Eagle3Predictor:
     """Load a predictor for the base PreTrainedModel `model`; ModelLoadError if missing, corrupt or for another model."""
     path = Path(path).expanduser()

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ..errors import InvalidRequestError
 
+SPLIT_PROMPT = "Explain in a few paragraphs how a hash table handles collisions, with a short Python example."
+
 
 def _sizes(text: str) -> tuple[int, ...]:
     try:
@@ -36,6 +38,9 @@ def register(subparsers) -> None:
     p.add_argument("--prefixes", default="128,512,1024", help="committed prefix lengths to time a 1-token forward at")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median kept)")
     p.add_argument("--no-cache", action="store_true", help="do not write the engine's cached latency curve")
+    p.add_argument("--decode-tokens", type=int, default=64,
+                   help="then decode this many tokens with lookahead and split a step's time (0: skip)")
+    p.add_argument("--decode-prompt", default=SPLIT_PROMPT, help="the prompt of that decode")
     p.set_defaults(func=run)
 
 
@@ -50,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     engine.warm_up()  # with --compile: build the graphs before timing
     data = full_profile(engine.runner, sizes, prefixes, args.reps)
     data["model"] = engine.loaded.name
+    if args.decode_tokens > 0:
+        data["step_split"] = step_split(engine, args.decode_prompt, args.decode_tokens)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "profile.json").write_text(json.dumps(data, indent=1))
@@ -59,6 +66,17 @@ def run(args: argparse.Namespace) -> int:
     _print_table(data)
     print(f"wrote {out / 'profile.json'} and {out / 'profile.png'}")
     return 0
+
+
+def step_split(engine, prompt: str, tokens: int) -> dict:
+    """Where a lookahead step's time goes: drafting, the verification forward, the rest (accepting, bookkeeping)."""
+    engine.generate(prompt, max_new_tokens=8)  # first-call costs (cost model, allocations) stay out
+    stats = engine.generate(prompt, max_new_tokens=tokens).stats.to_dict()
+    steps = max(1, stats["forwards"])
+    split = {k: stats[k] / steps for k in ("draft_s", "verify_s", "bookkeeping_s")}
+    total = sum(split.values()) or 1.0
+    return {"steps": steps, "tokens_per_forward": stats["tokens_per_forward"], "per_step_s": split,
+            "share": {k: v / total for k, v in split.items()}}
 
 
 def _print_table(data: dict) -> None:
@@ -72,6 +90,10 @@ def _print_table(data: dict) -> None:
         print(f"{t:>6}  {s * 1e3:6.1f}  {rel}  {s / floor:7.2f}")
     for p, s in data["latency_by_prefix_s"].items():
         print(f"prefix {p:>5}: 1-token forward {s * 1e3:.1f} ms")
+    if "step_split" in data:
+        split = data["step_split"]
+        parts = ", ".join(f"{k[:-2]} {v * 1e3:.1f} ms ({split['share'][k]:.0%})" for k, v in split["per_step_s"].items())
+        print(f"lookahead step ({split['steps']} steps, {split['tokens_per_forward']:.2f} tokens/forward): {parts}")
 
 
 def plot_profile(data: dict, path: Path) -> None:

@@ -9,6 +9,7 @@ import json
 import shlex
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -59,14 +60,17 @@ def register(subparsers) -> None:
     t.add_argument("--out", required=True, type=Path, help="predictor directory (EAGLE-3 / speculators layout)")
     t.add_argument("--model", default=None, help="the corpus's base model (default: SmolLM2-135M-Instruct)")
     t.add_argument("--sequences", type=int, default=None, help="use the first N corpus sequences (default: all)")
-    t.add_argument("--held-out", type=float, default=0.05, help="share of sequences kept out of training, for accuracy")
+    t.add_argument("--held-out", type=int, default=48, help="first N sequences kept out of training, for accuracy")
     t.add_argument("--epochs", type=int, default=10)
     t.add_argument("--batch-size", type=int, default=8, help="sequences per step")
-    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (warmup, then cosine decay)")
     t.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training (EAGLE-3's training-time test)")
     t.add_argument("--draft-vocab", type=int, default=2048, help="most frequent target tokens the predictor can propose")
     t.add_argument("--intermediate-size", type=int, default=1024, help="the predictor layer's MLP width")
     t.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
+    t.add_argument("--features-dir", type=Path, default=Path(tempfile.gettempdir()) / "lopa-predictor-features",
+                   help="cache of the teacher-forced features (recomputed when missing)")
+    t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
     t.set_defaults(func=_train_predictor)
 
@@ -126,23 +130,30 @@ def _build_corpus(args: argparse.Namespace) -> int:
 def _train_predictor(args: argparse.Namespace) -> int:
     import torch
 
+    from ..draft.predictor import default_aux_layers
     from ..models.loading import load_model
     from .corpus import load_corpus
-    from .predictor import PredictorSettings, accuracy, teacher_force, train_predictor
+    from .plot import plot_accuracy
+    from .predictor import LOG, PredictorSettings, teacher_force, train_predictor
 
     torch.set_num_threads(args.threads)
+    start = time.perf_counter()
     loaded = load_model(args.model, pack=False)
     sequences = [(prompt, answer) for prompt, answer, _ in load_corpus(args.corpus)][: args.sequences]
-    held = max(1, int(len(sequences) * args.held_out))
-    train, held_out = sequences[held:], sequences[:held]
-    settings = PredictorSettings(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps)
-    predictor, log = train_predictor(
-        loaded.model, train, draft_vocab_size=args.draft_vocab, intermediate_size=args.intermediate_size,
-        settings=settings, out=args.out, resume=args.resume, name=loaded.name,
+    held = args.held_out
+    aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
+    held_out, train = (teacher_force(loaded.model, part, aux, cache_dir=args.features_dir) for part in (sequences[:held], sequences[held:]))
+    settings = PredictorSettings(
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps, seed=args.seed
     )
-    rows = teacher_force(loaded.model, held_out, predictor.config.aux_layers)
-    result = {"train_sequences": len(train), "held_out_sequences": len(held_out), "loss": log[-1]["loss"] if log else None,
-              "held_out_top1_by_step": accuracy(predictor, rows, args.ttt_steps), **predictor.summary()}
+    predictor, log = train_predictor(
+        loaded.model, train, held_out=held_out, aux_layers=aux, draft_vocab_size=args.draft_vocab,
+        intermediate_size=args.intermediate_size, settings=settings, out=args.out, resume=args.resume, name=loaded.name,
+    )
+    plot_accuracy(args.out / LOG, args.out / "accuracy.png")
+    result = {"command": "lopa " + shlex.join(sys.argv[1:]), "train_sequences": len(train), "train_rows": len(train.ids),
+              "held_out_sequences": len(held_out), "loss": log[-1]["loss"], "held_out_top1_by_depth": log[-1]["held_out_top1"],
+              "wall_seconds_this_run": round(time.perf_counter() - start), **predictor.summary()}
     (args.out / "held_out.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
     return 0

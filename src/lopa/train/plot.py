@@ -1,6 +1,6 @@
-"""Plot held-out top-1 / top-5 accuracy by draft depth from a train_log.jsonl.
+"""Plot held-out top-1 (and top-5 where logged) accuracy by draft depth from a train_log.jsonl.
 
-    python -m lopa.train.plot src/lopa/data/heads/train_log.jsonl src/lopa/data/heads/accuracy.png
+    python -m lopa.train.plot src/lopa/data/predictor/train_log.jsonl src/lopa/data/predictor/accuracy.png
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ def plot_accuracy(log: Path, out: Path) -> None:
     depths = range(1, len(last["held_out_top1"]) + 1)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot(depths, last["held_out_top1"], "o-", label="top-1")
-    ax.plot(depths, last["held_out_top5"], "s--", label="top-5")
+    if "held_out_top5" in last:
+        ax.plot(depths, last["held_out_top5"], "s--", label="top-5")
     ax.set_xlabel("draft depth (tokens after the root)")
     ax.set_ylabel("held-out accuracy")
     ax.set_xticks(list(depths))
     ax.set_ylim(0, 1)
-    ax.set_title(f"lookahead heads, step {last['step']}")
+    when = f"step {last['step']}" if "step" in last else f"epoch {last['epoch'] + 1}"
+    ax.set_title(f"{log.parent.name}, {when}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

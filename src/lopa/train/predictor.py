@@ -1,41 +1,53 @@
 """Train an EAGLE-3 predictor with the training-time test, from (prompt ids, answer ids) sequences.
 
-The base model runs once over every sequence (teacher forcing) for its aux-layer hidden states and its
-own next-token choice at every position: the label, i.e. what verification would accept. Training then
-unrolls `ttt_steps` draft steps over whole sequences at once, as drafting runs them: step 0 reads the
-target's fused features; step s > 0 reads the predictor's own output features of step s - 1 (the
+The base model runs once over every sequence (teacher forcing, batched) for its aux-layer hidden states
+and its own next-token choice at every position: the label, i.e. what verification would accept. The
+result (`Features`, bf16 hidden states) is cached on disk, since it costs more than an epoch. Training
+then unrolls `ttt_steps` draft steps over whole sequences at once, as drafting runs them: step 0 reads
+the target's fused features; step s > 0 reads the predictor's own output features of step s - 1 (the
 chain's previous row, one position earlier) with the true tokens. A row of step s attends to the real
 rows up to its chain's root and to its own chain (EAGLE-3's mask; the keys go through a DynamicCache).
 The loss is the cross entropy against the labels mapped into the draft vocabulary (labels outside it are
 skipped), on answer positions, weighted decay ** s. The draft vocabulary is the `draft_vocab_size` most
 frequent labels.
 
-`out` gets the predictor (predictor_io layout) and `trainer_state.pt` (AdamW state, epoch, log) after
-every epoch; `resume=True` continues from them.
+`out` gets the predictor (predictor_io layout), `train_log.jsonl` (loss and held-out top-1 by draft
+depth per epoch) and `trainer_state.pt` (AdamW and schedule state, epoch) after every epoch;
+`resume=True` continues from them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 from transformers import DynamicCache
 
 from ..draft.predictor import Eagle3Predictor, PredictorConfig, causal
 from ..draft.predictor_io import load_predictor, save_predictor
+from ..models.loading import embedding_fingerprint
 
 STATE = "trainer_state.pt"
+LOG = "train_log.jsonl"
+CACHE_BLOCK = 256  # sequences per features cache file
 
 
 @dataclass
 class PredictorSettings:
     epochs: int = 10
-    batch_size: int = 8
-    lr: float = 3e-3
+    batch_size: int = 8  # sequences per optimizer step
+    lr: float = 1e-3  # peak; linear warmup then cosine decay to 0 over all epochs
+    warmup: float = 0.03  # share of the steps spent warming up
+    clip: float = 0.5  # gradient norm clip (EAGLE's)
     ttt_steps: int = 3
     decay: float = 0.8  # loss weight of unrolled step s is decay ** s
     seed: int = 0
@@ -48,19 +60,92 @@ class _Batch:
     labels: torch.Tensor  # [B, L] the base's next token after each position; -100 where no loss
 
 
+@dataclass
+class Features:
+    """Teacher-forced rows of many sequences, concatenated ([N] ids and labels, [N, aux * hidden] bf16 layers)."""
+
+    ids: torch.Tensor
+    layers: torch.Tensor
+    labels: torch.Tensor
+    offsets: torch.Tensor  # [S + 1]: sequence s is rows offsets[s]:offsets[s + 1]
+
+    def __len__(self) -> int:
+        return self.offsets.numel() - 1
+
+    def length(self, s: int) -> int:
+        return int(self.offsets[s + 1] - self.offsets[s])
+
+    def row(self, s: int) -> _Batch:
+        lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
+        return _Batch(self.ids[lo:hi], self.layers[lo:hi], self.labels[lo:hi])
+
+    @classmethod
+    def concat(cls, parts: list["Features"]) -> "Features":
+        starts = torch.tensor([0] + [len(p.ids) for p in parts[:-1]]).cumsum(0)
+        offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + start for p, start in zip(parts, starts)])
+        return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ("ids", "layers", "labels")), offsets)
+
+    def save(self, path: Path) -> None:
+        save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(path))
+
+    @classmethod
+    def load(cls, path: Path) -> "Features":
+        return cls(**load_file(str(path)))
+
+
+def features_key(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> str:
+    """A name for the cache of these sequences' features under this model (its embedding fingerprint)."""
+    digest = hashlib.sha256(json.dumps([aux_layers, [list(p) + [-1] + list(a) for p, a in sequences]]).encode())
+    return f"features-{embedding_fingerprint(model.get_input_embeddings().weight)}-{digest.hexdigest()[:12]}"
+
+
 @torch.no_grad()
-def teacher_force(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> list[_Batch]:
-    """One row per sequence: the base's aux-layer hidden states and its next-token labels on the answer."""
-    rows = []
-    for prompt, answer in sequences:
-        ids = torch.tensor([list(prompt) + list(answer)], device=model.device)
-        out = model(input_ids=ids, output_hidden_states=True)
-        labels = out.logits[0].argmax(-1).cpu()
-        labels[: len(prompt) - 1] = -100  # prompt positions: no loss
-        labels[-1] = -100  # after the last token the data has no next token to check against
-        layers = torch.cat([out.hidden_states[i][0] for i in aux_layers], -1).float().cpu()
-        rows.append(_Batch(ids[0].cpu(), layers, labels))
-    return rows
+def teacher_force(
+    model,
+    sequences: Sequence[tuple[list[int], list[int]]],
+    aux_layers: list[int],
+    batch_size: int = 8,
+    cache_dir: Path | None = None,
+) -> Features:
+    """The base's aux-layer hidden states and next-token labels (on the answer) of every sequence.
+
+    Sequences run in length-sorted, right-padded batches (causal attention: padding never reaches a real
+    row). With `cache_dir`, each block of CACHE_BLOCK sequences is read from / written to a file named by
+    `features_key`, so a grown corpus only computes its new blocks."""
+    if cache_dir is not None and len(sequences) > CACHE_BLOCK:
+        blocks = range(0, len(sequences), CACHE_BLOCK)
+        return Features.concat([teacher_force(model, sequences[b : b + CACHE_BLOCK], aux_layers, batch_size, cache_dir) for b in blocks])
+    path = Path(cache_dir) / f"{features_key(model, sequences, aux_layers)}.safetensors" if cache_dir else None
+    if path is not None and path.exists():
+        return Features.load(path)
+    order = sorted(range(len(sequences)), key=lambda s: len(sequences[s][0]) + len(sequences[s][1]))
+    rows: dict[int, _Batch] = {}
+    for lo in tqdm(range(0, len(order), batch_size), desc="teacher forcing", unit="batch"):
+        part = [list(sequences[s][0]) + list(sequences[s][1]) for s in order[lo : lo + batch_size]]
+        length = max(map(len, part))
+        ids = torch.zeros(len(part), length, dtype=torch.long)
+        mask = torch.zeros(len(part), length, dtype=torch.long)
+        for b, seq in enumerate(part):
+            ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
+        out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
+        labels = out.logits.argmax(-1).cpu()
+        layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
+        for b, s in enumerate(order[lo : lo + batch_size]):
+            n, prompt = len(part[b]), len(sequences[s][0])
+            label = labels[b, :n].clone()
+            label[: prompt - 1] = -100  # prompt positions: no loss
+            label[-1] = -100  # after the last token the data has no next token to check against
+            rows[s] = _Batch(ids[b, :n], layers[b, :n], label)
+    ordered = [rows[s] for s in range(len(sequences))]
+    lengths = torch.tensor([0] + [r.ids.numel() for r in ordered])
+    features = Features(
+        torch.cat([r.ids for r in ordered]), torch.cat([r.layers for r in ordered]),
+        torch.cat([r.labels for r in ordered]), lengths.cumsum(0),
+    )
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        features.save(path)
+    return features
 
 
 def _collate(rows: list[_Batch]) -> _Batch:
@@ -96,13 +181,15 @@ def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[tuple[
     return results
 
 
-def accuracy(predictor: Eagle3Predictor, rows: list[_Batch], steps: int = 1) -> list[float]:
-    """Top-1 accuracy of each unrolled step against the base's own next tokens (out-of-vocabulary count as wrong)."""
+def accuracy(predictor: Eagle3Predictor, data: Features, steps: int = 1, batch_size: int = 8) -> list[float]:
+    """Top-1 accuracy of each unrolled step against the base's own next tokens (out-of-vocabulary count as wrong).
+
+    Step s is scored given the true tokens before it, as the tree's first branch is when the draft so far
+    was right: it is the chance that depth s + 1 is accepted given depth s was."""
     hits, counts = [0] * steps, [0] * steps
     with torch.no_grad():
-        for row in rows:
-            batch = _collate([row])
-            for s, (logits, target) in enumerate(unroll(predictor, batch, steps)):
+        for batch in _batches(data, batch_size, None):
+            for s, (logits, _) in enumerate(unroll(predictor, batch, steps)):
                 labels = F.pad(batch.labels[:, 1 + s :], (0, s), value=-100)
                 keep = labels >= 0
                 hits[s] += int((predictor.draft_ids[logits.argmax(-1)] == labels)[keep].sum())
@@ -110,19 +197,32 @@ def accuracy(predictor: Eagle3Predictor, rows: list[_Batch], steps: int = 1) -> 
     return [h / max(c, 1) for h, c in zip(hits, counts)]
 
 
-def _draft_vocab(rows: list[_Batch], vocab: int, size: int) -> torch.Tensor:
+def _batches(data: Features, batch_size: int, generator: torch.Generator | None):
+    """Batches of similar length (little padding), in random order when a generator is given."""
+    order = sorted(range(len(data)), key=data.length)
+    groups = [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
+    if generator is not None:
+        groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+    for group in groups:
+        yield _collate([data.row(s) for s in group])
+
+
+def _draft_vocab(data: Features, vocab: int, size: int) -> torch.Tensor:
     """The `size` most frequent labels (ties and unseen tokens by id)."""
-    counts = torch.zeros(vocab)
-    for row in rows:
-        labels = row.labels[row.labels >= 0]
-        counts += torch.bincount(labels, minlength=vocab)[:vocab].float()
+    counts = torch.bincount(data.labels[data.labels >= 0], minlength=vocab)[:vocab].float()
     return counts.topk(size, sorted=False).indices
+
+
+def _schedule(settings: PredictorSettings, total: int):
+    warm = max(1, round(settings.warmup * total))
+    return lambda step: min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(total, 1))))
 
 
 def train_predictor(
     model,
-    sequences: Sequence[tuple[list[int], list[int]]],
+    data: Features,
     *,
+    held_out: Features | None = None,
     aux_layers: list[int] | None = None,
     draft_vocab_size: int | None = None,
     intermediate_size: int | None = None,
@@ -131,47 +231,60 @@ def train_predictor(
     resume: bool = False,
     name: str = "",
 ) -> tuple[Eagle3Predictor, list[dict]]:
-    """Train a predictor for the base `model` on (prompt ids, answer ids); returns it and the per-epoch log."""
+    """Train a predictor for the base `model` on teacher-forced `data`; returns it and the per-epoch log.
+
+    `aux_layers` must be the ones `data` was computed with (the default: default_aux_layers)."""
     settings = settings or PredictorSettings()
     torch.manual_seed(settings.seed)
-    state_path = Path(out) / STATE if out is not None else None
-    if resume and state_path is not None and state_path.exists():
+    out = Path(out) if out is not None else None
+    if resume and out is not None and (out / STATE).exists():
         predictor = load_predictor(out, model).requires_grad_(True).train()
-        state = torch.load(state_path, weights_only=True)  # tensors and plain values only: no pickled code
+        state = torch.load(out / STATE, weights_only=True)  # tensors and plain values only: no pickled code
     else:
         config = PredictorConfig.for_base(model, aux_layers, draft_vocab_size, intermediate_size, name)
         predictor = Eagle3Predictor(config, model.get_input_embeddings().weight).train()
+        predictor.set_vocab(_draft_vocab(data, predictor.t2d.numel(), predictor.config.draft_vocab_size))
         state = None
-    rows = teacher_force(model, sequences, predictor.config.aux_layers)
-    if state is None:
-        predictor.set_vocab(_draft_vocab(rows, predictor.t2d.numel(), predictor.config.draft_vocab_size))
+    steps_per_epoch = -(-len(data) // settings.batch_size)
     optimizer = torch.optim.AdamW(predictor.parameters(), lr=settings.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings, settings.epochs * steps_per_epoch))
     log: list[dict] = state["log"] if state else []
     if state:
         optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
     first = state["epoch"] + 1 if state else 0
     generator = torch.Generator().manual_seed(settings.seed)
-    bar = tqdm(range(first, settings.epochs), desc="training predictor", unit="epoch")
-    for epoch in bar:
-        order = torch.randperm(len(rows), generator=generator).tolist()
-        total, batches = 0.0, 0
-        for lo in range(0, len(order), settings.batch_size):
-            batch = _collate([rows[i] for i in order[lo : lo + settings.batch_size]])
+    for _ in range(first):  # the batch order of the epochs already done, so a resumed run sees the same data
+        torch.randperm(steps_per_epoch, generator=generator)
+    for epoch in range(first, settings.epochs):
+        start, total, batches = time.perf_counter(), 0.0, 0
+        bar = tqdm(_batches(data, settings.batch_size, generator), total=steps_per_epoch, desc=f"epoch {epoch}", unit="batch")
+        for batch in bar:
             loss = sum(
                 settings.decay**s * F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100)
                 for s, (logits, target) in enumerate(unroll(predictor, batch, settings.ttt_steps))
                 if (target >= 0).any()
             )
-            if not torch.is_tensor(loss):  # no answer position in this batch
-                continue
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total, batches = total + loss.item(), batches + 1
-        log.append({"epoch": epoch, "loss": total / max(batches, 1)})
-        bar.set_postfix(loss=f"{log[-1]['loss']:.3f}")
+            if torch.is_tensor(loss):  # else: no answer position in this batch
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(predictor.parameters(), settings.clip)
+                optimizer.step()
+                total, batches = total + loss.item(), batches + 1
+                bar.set_postfix(loss=f"{total / batches:.3f}")
+            scheduler.step()
+        entry = {"epoch": epoch, "loss": total / max(batches, 1), "seconds": round(time.perf_counter() - start, 1)}
+        if held_out is not None and len(held_out):
+            entry["held_out_top1"] = accuracy(predictor.eval(), held_out, settings.ttt_steps)
+            predictor.train()
+        log.append(entry)
+        print(json.dumps(entry), flush=True)
         if out is not None:
-            predictor.config.training = {**asdict(settings), "sequences": len(rows), "epochs_done": epoch + 1}
+            predictor.config.training = {**asdict(settings), "sequences": len(data), "epochs_done": epoch + 1}
             save_predictor(predictor, out)
-            torch.save({"optimizer": optimizer.state_dict(), "epoch": epoch, "log": log}, state_path)
+            torch.save(
+                {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "epoch": epoch, "log": log},
+                out / STATE,
+            )
+            (out / LOG).write_text("".join(json.dumps(e) + "\n" for e in log))
     return predictor.eval(), log
