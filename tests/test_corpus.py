@@ -14,7 +14,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from lopa.train.corpus import CorpusSettings, build_corpus, chat_ids, load_corpus
-from lopa.train.data import cut_at_eos
+from lopa.train.generate import cut_at_eos
 from lopa.train.sources import read_mo
 
 from .conftest import tiny_llama
@@ -129,7 +129,8 @@ def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):
 
 
 def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
-    """`lopa train-predictor --corpus`: features recomputed from the stored ids, a loadable EAGLE-3 directory out."""
+    """`lopa train-heads --corpus`: features recomputed from the stored ids (and cached), a loadable EAGLE-3
+    directory out with its log and plot; `lopa info` shows the predictor."""
     from lopa.cli import main
     from lopa.draft.predictor_io import load_predictor
 
@@ -138,10 +139,14 @@ def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     build_corpus(corpus, model, tok, SETTINGS, chunks=1, locale_root=locale)
-    argv = ["train-predictor", "--corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "--epochs", "2",
-            "--draft-vocab", "16", "--intermediate-size", "32", "--held-out", "0.25"]
+    argv = ["train-heads", "--corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "--epochs", "2",
+            "--draft-vocab", "16", "--intermediate-size", "32", "--held-out", "2", "--features-dir", str(tmp_path / "features")]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["train_sequences"] + result["held_out_sequences"] == SETTINGS.chunk_size
-    assert len(result["held_out_top1_by_step"]) == 3 and json.loads((out / "held_out.json").read_text()) == result
+    assert len(result["held_out_top1_by_depth"]) == 3 and json.loads((out / "held_out.json").read_text()) == result
+    assert (out / "accuracy.png").stat().st_size > 1000 and len((out / "train_log.jsonl").read_text().splitlines()) == 2
+    assert len(list((tmp_path / "features").glob("features-*.safetensors"))) == 2  # held-out and training sets
     assert load_predictor(out, model).config.draft_vocab_size == 16
+    assert main(["info", "--model", str(model_dir), "--predictor", str(out)]) == 0
+    assert "predictor:    EAGLE-3" in capsys.readouterr().out

@@ -21,7 +21,7 @@ PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain ho
 
 @pytest.fixture(scope="module")
 def int8_engine() -> Engine:
-    return Engine.from_pretrained(dtype="int8", heads=False)
+    return Engine.from_pretrained(dtype="int8", predictor=False)
 
 
 def test_packed_model_matches_stock_logits(engine: Engine, stock) -> None:
@@ -93,7 +93,7 @@ def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
 
 
 def test_int8_drafter_is_lossless(engine: Engine, int8_engine: Engine) -> None:
-    drafted = Engine(engine.loaded, DraftConfig(use_int8_draft=True, use_heads=False), heads=False)
+    drafted = Engine(engine.loaded, DraftConfig(use_int8_draft=True, use_predictor=False))
     drafted._int8_runner = Runner(int8_engine.model)  # share the loaded int8 model
     result = drafted.generate(PROMPTS[0], max_new_tokens=32)
     assert result.token_ids == engine.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids
@@ -115,7 +115,7 @@ def main_parser_defaults() -> dict:
 
 
 def test_lossy_mode_calibrates_every_n_steps(engine: Engine, int8_engine: Engine) -> None:
-    lossy = Engine(engine.loaded, DraftConfig(lossy_int8_verify=True, lossy_calibration_every=3), heads=False)
+    lossy = Engine(engine.loaded, DraftConfig(lossy_int8_verify=True, lossy_calibration_every=3), predictor=False)
     lossy._int8_runner = Runner(int8_engine.model)
     result = lossy.generate(PROMPTS[1], max_new_tokens=40)
     runner = lossy.lossy_runner
@@ -155,14 +155,14 @@ def test_chunked_verification_equals_one_shot(engine: Engine, limit: int) -> Non
 
 
 def test_chunked_engine_generates_the_same_tokens(engine: Engine) -> None:
-    chunked = Engine(engine.loaded, engine.draft, heads=False, max_verify_tokens=3)
+    chunked = Engine(engine.loaded, engine.draft, predictor=False, max_verify_tokens=3)
     want = engine.generate(PROMPTS[1], max_new_tokens=40, method="ar").token_ids
     assert chunked.generate(PROMPTS[1], max_new_tokens=40).token_ids == want
 
 
 def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     out = tmp_path / "prof"
-    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-heads",
+    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-predictor",
                  "--decode-tokens", "24"])
     assert code == 0
     data = json.loads((out / "profile.json").read_text())

@@ -17,11 +17,11 @@ from .conftest import StockReference
 from .prompts import ALL, COPY, FAST, TestPrompt, accepted_by_source
 
 NEW_TOKENS = 64  # the fast stage; the slow stage decodes 128
-DRAFTER_SOURCES = {"lookup": {"lookup"}, "pool": {"pool", "jacobi"}, "heads": {"heads"}, "predictor": {"predictor"}}
+DRAFTER_SOURCES = {"lookup": {"lookup"}, "pool": {"pool", "jacobi"}, "predictor": {"predictor"}}
 ONLY = {  # each drafter switched on alone, with a fixed window so the cost model cannot veto its drafts
-    "lookup": DraftConfig(use_ngram_pool=False, use_heads=False, dynamic_window=False),
-    "pool": DraftConfig(use_prompt_lookup=False, use_heads=False, dynamic_window=False),
-    "heads": DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False),
+    "lookup": DraftConfig(use_ngram_pool=False, use_predictor=False, dynamic_window=False),
+    "pool": DraftConfig(use_prompt_lookup=False, use_predictor=False, dynamic_window=False),
+    "predictor": DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False),
 }
 MIN_COPY_TPF = 2.0  # median tokens per forward on the copy-friendly prompts, fixed window
 
@@ -52,17 +52,17 @@ def assert_every_drafter_drafted(results: list, drafters: list[str]) -> None:
 
 def test_lopa_matches_stock_generate(engine: Engine, stock: StockReference) -> None:
     """One prompt per kind of work (a 500+ token summary among them), every drafter on."""
-    assert engine.heads is not None, "the shipped predictor loads by default"
+    assert engine.predictor is not None, "the shipped predictor loads by default"
     failures, results, _ = sweep(engine, stock, FAST, NEW_TOKENS)
     assert not failures, failures
-    assert_every_drafter_drafted(results, ["lookup", "pool", "heads"])
+    assert_every_drafter_drafted(results, ["lookup", "pool", "predictor"])
     ar_forwards = sum(r.stats.new_tokens - 1 for r in results)
     assert sum(r.stats.forwards for r in results) < 0.8 * ar_forwards, "drafting saved almost no forwards"
 
 
 @pytest.mark.parametrize("drafter", sorted(ONLY))
 def test_each_drafter_alone_is_lossless_and_drafts(engine: Engine, stock: StockReference, drafter: str) -> None:
-    alone = Engine(engine.loaded, ONLY[drafter], heads=None if drafter == "heads" else False)
+    alone = Engine(engine.loaded, ONLY[drafter], predictor=None if drafter == "predictor" else False)
     failures, results, _ = sweep(alone, stock, FAST[1:4], NEW_TOKENS)
     assert not failures, failures
     assert_every_drafter_drafted(results, [drafter])
@@ -97,10 +97,11 @@ def test_ignore_eos_runs_to_the_limit(engine: Engine) -> None:
 
 @pytest.mark.slow
 def test_full_prompt_set_matches_stock_generate(engine: Engine, stock: StockReference) -> None:
-    """Every test prompt (22, two 500+ token summaries) x 128 tokens, lopa and ar, against stock generate()."""
+    """Every test prompt (22, two 500+ token summaries) x 128 tokens, lopa (the shipped predictor drafting) and ar,
+    against stock generate()."""
     failures, results, _ = sweep(engine, stock, ALL, 128)
     assert not failures, failures
-    assert_every_drafter_drafted(results, ["lookup", "pool", "heads"])
+    assert_every_drafter_drafted(results, ["lookup", "pool", "predictor"])
     failures, _, _ = sweep(engine, stock, ALL, 128, method="ar")
     assert not failures, failures
 

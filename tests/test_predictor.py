@@ -235,7 +235,7 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     data = teacher_force(engine.model, sequences, default_aux_layers(engine.model.config.num_hidden_layers))
     train_predictor(engine.model, data, draft_vocab_size=512, intermediate_size=256, settings=settings, out=tmp_path)
     only = DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False)
-    drafted = Engine(engine.loaded, only, heads=False, predictor=str(tmp_path))
+    drafted = Engine(engine.loaded, only, predictor=str(tmp_path))
     assert drafted.runner.hidden_layers == tuple(drafted.predictor.config.aux_layers)
     failures, results, _ = sweep(drafted, stock, prompts, 64)
     assert not failures, failures

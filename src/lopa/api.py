@@ -12,7 +12,6 @@ from .config import DraftConfig, GenerationConfig
 from .decode.loop import Drafting, StepRecord, decode
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
-from .draft.heads import HeadsDrafter, HeadsSpec, heads_for
 from .draft.int8_draft import Int8Drafter
 from .draft.predictor_drafter import PredictorDrafter
 from .draft.predictor_io import PredictorSpec, predictor_for
@@ -78,7 +77,6 @@ class Engine:
         self,
         loaded: LoadedModel,
         draft: DraftConfig | None = None,
-        heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
         predictor: PredictorSpec = None,
@@ -88,7 +86,6 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.draft = draft or DraftConfig()
         self.draft.validate()
-        self.heads = heads_for(loaded, heads, self.draft.use_heads)  # None: no lookahead heads
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.runner = Runner(self.model, max_verify_tokens, compile, cuda_graph_capacity(self.model, compile))
@@ -111,21 +108,19 @@ class Engine:
         dtype: torch.dtype | str | None = None,
         draft: DraftConfig | None = None,
         trust_remote_code: bool = False,
-        heads: HeadsSpec = None,
         max_verify_tokens: int | None = None,
         compile: bool = False,
         predictor: PredictorSpec = None,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
-        `heads`: a heads directory, False for none, None for the shipped heads when they fit the model.
         `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
         `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
         `predictor`: an EAGLE-3 predictor (a speculators-layout directory or a loaded one) that drafts EAGLE-2
         trees; False for none, None for the shipped predictor when it fits the model.
         """
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(loaded, draft, heads, max_verify_tokens, compile, predictor)
+        return cls(loaded, draft, max_verify_tokens, compile, predictor)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -204,8 +199,6 @@ class Engine:
             drafters.append(PromptLookupDrafter(c.prompt_lookup_max_ngram, c.prompt_lookup_matches))
         if c.use_ngram_pool:
             drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
-        if self.heads is not None:
-            drafters.append(HeadsDrafter(self.heads, c.top_k_per_depth))
         if self.predictor is not None:
             drafters.append(PredictorDrafter(self.predictor, c.top_k_per_depth, c.max_depth, c.node_budget))
         if c.use_int8_draft:

@@ -35,8 +35,6 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="verify trees through torch.compile (faster steps; minutes to build the 7 tree-size graphs on first use)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
-    parser.add_argument("--heads", default=None, metavar="PATH", help="lookahead heads directory (default: the shipped heads, when they fit the model)")
-    parser.add_argument("--no-heads", action="store_true", help="draft without lookahead heads")
     parser.add_argument("--predictor", default=None, metavar="PATH",
                         help="an EAGLE-3 predictor directory (speculators layout; default: the shipped one, when it fits the model)")
     parser.add_argument("--no-predictor", action="store_true", help="draft without the EAGLE-3 predictor")
@@ -51,9 +49,8 @@ def load_engine(args: argparse.Namespace):
 
     draft = DraftConfig(lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every)
     dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
-    heads = False if args.no_heads else args.heads
     return Engine.from_pretrained(
-        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code, heads=heads,
+        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code,
         max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
         predictor=False if args.no_predictor else args.predictor,
     )
@@ -130,10 +127,6 @@ def _info(args: argparse.Namespace) -> int:
     print(f"chat:         {'yes' if engine.has_chat_template else 'no'}")
     print(f"cache:        {cache_root()}")
     print(f"load time:    {loaded.load_s:.2f} s")
-    if engine.heads is not None:
-        h = engine.heads.summary()
-        print(f"heads:        {h['heads']} (draft depth {h['depth']}, {h['layers_per_head']} layers each, {h['draft_vocab']} draft tokens)")
-        print(f"heads params: {h['parameters']:,} ({h['percent_of_base']:.2f}% of the base)")
     if engine.predictor is not None:
         p = engine.predictor.summary()
         print(f"predictor:    EAGLE-3, aux layers {p['aux_layers']}, {p['draft_vocab']} draft tokens, "
@@ -159,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")
     gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
-    gen.add_argument("--show", action="store_true", help="colour each token by how it was drafted (heads, n-gram, bonus)")
+    gen.add_argument("--show", action="store_true", help="colour each token by how it was drafted (predictor, n-gram, bonus)")
     gen.add_argument("--dllm", default=None, metavar="PATH", help="decode with a diffusion LM (see lopa.diffusion)")
     gen.set_defaults(func=_generate)
     diffusion_cli.add_dllm_options(gen)

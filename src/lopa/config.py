@@ -58,7 +58,6 @@ class DraftConfig:
     dynamic_window: bool = True
     use_prompt_lookup: bool = True
     use_ngram_pool: bool = True
-    use_heads: bool = False  # the Medusa-style heads (superseded by the predictor; opt-in)
     use_predictor: bool = True  # the EAGLE-3 predictor (the shipped one, when it fits the model)
     use_int8_draft: bool = False  # an int8 copy of the model drafts a greedy chain (lossless; CPU)
     int8_draft_depth: int = 4  # tokens the int8 drafter proposes per step (each one int8 forward)

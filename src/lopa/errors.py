@@ -1,6 +1,6 @@
 """Exception types of the public API.
 
-Every failure a user can cause (bad arguments, a bad model or heads file) raises a
+Every failure a user can cause (bad arguments, a bad model or predictor file) raises a
 subclass of :class:`LopaError`, so callers and the CLI can catch one type and the
 engine stays usable afterwards.
 """
@@ -15,7 +15,7 @@ class InvalidRequestError(LopaError, ValueError):
 
 
 class ModelLoadError(LopaError, OSError):
-    """A model (or heads) path that is missing, truncated, or not a model of a supported kind."""
+    """A model (or predictor) path that is missing, truncated, or not a model of a supported kind."""
 
 
 class UnsupportedModelError(LopaError):

@@ -50,7 +50,7 @@ def token_pieces(tokenizer, ids: Sequence[int], count: int) -> list[str]:
 
 
 # how `lopa generate --show` colours a token by its source (the web page uses the same scheme)
-SOURCE_STYLES = {"heads": "black on cyan", "lookup": "black on green", "pool": "black on yellow", "jacobi": "black on yellow"}
+SOURCE_STYLES = {"predictor": "black on cyan", "lookup": "black on green", "pool": "black on yellow", "jacobi": "black on yellow"}
 
 
 class StepPainter:
@@ -67,6 +67,6 @@ class StepPainter:
             self.console.print(piece, style=SOURCE_STYLES.get(source, ""), end="", markup=False, highlight=False, soft_wrap=True)
 
     def legend(self) -> None:
-        for source in ("heads", "lookup", "pool"):
+        for source in ("predictor", "lookup", "pool"):
             self.console.print(f" {source} ", style=SOURCE_STYLES[source], end=" ", markup=False, highlight=False)
         self.console.print("bonus (plain)", markup=False, highlight=False)

@@ -22,10 +22,9 @@ REFERENCE = "hf"
 HF_METHODS = {"hf": None, "hf-pld": 10}  # name -> prompt_lookup_num_tokens
 LOPA_VARIANTS: dict[str, dict] = {  # name -> DraftConfig overrides
     "lopa": {},
-    "lopa-lookup": {"use_ngram_pool": False, "use_heads": False, "use_predictor": False},
-    "lopa-ngram": {"use_heads": False, "use_predictor": False},
-    "lopa-heads": {"use_prompt_lookup": False, "use_ngram_pool": False, "use_predictor": False, "use_heads": True},
-    "lopa-predictor": {"use_prompt_lookup": False, "use_ngram_pool": False, "use_heads": False},
+    "lopa-lookup": {"use_ngram_pool": False, "use_predictor": False},
+    "lopa-ngram": {"use_predictor": False},
+    "lopa-predictor": {"use_prompt_lookup": False, "use_ngram_pool": False},
     "lopa-fixed": {"dynamic_window": False},
 }
 COMPILED_METHODS = {"ar-compiled": "ar", "lopa-compiled": "lopa"}  # name -> method, on a torch.compile runner
@@ -195,15 +194,14 @@ def build_methods(
             methods[name] = EngineMethod(name, engine, "ar")
         elif name in LOPA_VARIANTS:
             draft = dataclasses.replace(engine.draft, **LOPA_VARIANTS[name])
-            variant = Engine(engine.loaded, draft, heads=engine.heads or None, predictor=engine.predictor or False)
-            if draft.use_prompt_lookup or draft.use_ngram_pool or variant.heads is not None or variant.predictor is not None:
+            variant = Engine(engine.loaded, draft, predictor=engine.predictor or False)  # --predictor's, loaded once
+            if draft.use_prompt_lookup or draft.use_ngram_pool or variant.predictor is not None:
                 methods[name] = EngineMethod(name, variant, "lopa")
             else:
-                skipped[name] = "no drafter left: no lookahead heads or predictor fit this model (see --heads, --predictor)"
+                skipped[name] = "no drafter left: no predictor fits this model (see --predictor)"
         elif name in COMPILED_METHODS:
             if compiled is None:
-                compiled = Engine(engine.loaded, engine.draft, heads=False, compile=True, predictor=engine.predictor or False)
-                compiled.heads = engine.heads
+                compiled = Engine(engine.loaded, engine.draft, compile=True, predictor=engine.predictor or False)
                 compiled.warm_up()
             methods[name] = EngineMethod(name, compiled, COMPILED_METHODS[name])
         elif (reason := llamacpp_missing()) is not None:

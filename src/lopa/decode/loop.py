@@ -26,7 +26,7 @@ class StepRecord:
     """One verification step, as users see it: which tokens came and how each was drafted."""
 
     tokens: list[int]
-    sources: list[str]  # per token: "heads", "lookup", "pool", "jacobi" (accepted drafts) or "bonus"
+    sources: list[str]  # per token: "predictor", "lookup", "pool", "jacobi" (accepted drafts) or "bonus"
     tree_size: int
     depth: int
     draft_s: float = 0.0  # drafters' time: proposing, building the tree, observing the verification

@@ -17,7 +17,7 @@ class Proposal:
 
     tokens: list[int]
     confidences: list[float]
-    source: str  # "heads", "lookup", "pool" or "jacobi": shown to users per accepted token
+    source: str  # "predictor", "lookup", "pool" or "jacobi": shown to users per accepted token
 
 
 @dataclass

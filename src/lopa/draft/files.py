@@ -1,4 +1,5 @@
-"""Reading a draft model's directory (config.json + safetensors) with one clear ModelLoadError per defect."""
+"""Reading a draft model's directory (config.json + safetensors) with one clear ModelLoadError per defect, and
+the identity of the base model such a file records."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from ..errors import ModelLoadError
+from ..models.loading import embedding_fingerprint
+
+
+def model_identity(model, name: str = "") -> dict:
+    """What a draft file records about its base model (a PreTrainedModel): sizes, architecture, weight fingerprints."""
+    cfg = model.config
+    emb = model.get_input_embeddings().weight
+    return {
+        "hidden_size": cfg.get_text_config().hidden_size,
+        "vocab_size": model.get_output_embeddings().weight.shape[0],
+        "architecture": (cfg.architectures or [type(model).__name__])[0],
+        "fingerprint": embedding_fingerprint(emb),
+        "fingerprints": [embedding_fingerprint(emb.to(dtype)) for dtype in (torch.float16, torch.bfloat16)],
+        "base_name": name,
+        "base_parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def read_config_json(path: Path, name: str, kind: str) -> object:

@@ -29,6 +29,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from ..models.kvcache import TreeKVCache
 from ..models.runner import tree_mask
+from .files import model_identity
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
@@ -44,7 +45,7 @@ class PredictorConfig:
     aux_layers: list[int]  # the base's hidden_states indices fc fuses: i = the input of decoder layer i
     draft_vocab_size: int
     target_hidden_size: int
-    base: dict = field(default_factory=dict)  # heads.model_identity of the base model
+    base: dict = field(default_factory=dict)  # files.model_identity of the base model
     training: dict = field(default_factory=dict)
 
     @classmethod
@@ -57,8 +58,6 @@ class PredictorConfig:
         name: str = "",
     ) -> "PredictorConfig":
         """A predictor shaped like the base's own layers (attention heads, rope), `intermediate_size` wide."""
-        from .heads import model_identity  # heads imports nothing from here; keep the dependency one way
-
         text = model.config.get_text_config()
         n, hidden = text.num_hidden_layers, text.hidden_size
         aux = list(aux_layers) if aux_layers is not None else default_aux_layers(n)

@@ -24,7 +24,7 @@ SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
 @dataclass
 class ForwardOutput:
     logits: torch.Tensor  # [T, vocab] (or [1, vocab] when only the last row was asked for)
-    hidden: torch.Tensor  # [T, hidden] last hidden state, for lookahead heads
+    hidden: torch.Tensor  # [T, hidden] last hidden state (the predictor reads `layers`)
     layers: torch.Tensor | None = None  # [T, len(hidden_layers) * hidden] for Runner.hidden_layers; every row, prefill too
 
 

@@ -1,1 +1,1 @@
-"""Lookahead-head training by self-distillation (`lopa train-heads`)."""
+"""Lookahead predictor training by self-distillation: the corpus (`lopa build-corpus`) and the trainer (`lopa train-heads`)."""

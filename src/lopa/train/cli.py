@@ -1,6 +1,6 @@
-"""`lopa train-heads`: self-distil lookahead heads for a model (see src/lopa/data/heads/README.md);
-`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md);
-`lopa train-predictor`: train an EAGLE-3 predictor on that corpus (features recomputed by teacher forcing)."""
+"""`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md);
+`lopa train-heads` (alias `train-predictor`): train the EAGLE-3 lookahead predictor on that corpus, features
+recomputed by teacher forcing (see src/lopa/data/predictor/README.md)."""
 
 from __future__ import annotations
 
@@ -14,30 +14,6 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    from ..cli import add_model_options
-
-    p = subparsers.add_parser("train-heads", help="train lookahead heads by self-distillation")
-    add_model_options(p)
-    p.add_argument("--out", required=True, type=Path, help="output heads directory")
-    p.add_argument("--data-dir", type=Path, default=None, help="cache of generated data (default: under the temp dir)")
-    p.add_argument("--prompts", type=int, default=384, help="training prompts to answer (written by lopa.train.prompts)")
-    p.add_argument("--max-new-tokens", type=int, default=160, help="length of each self-distilled answer")
-    p.add_argument("--gen-batch", type=int, default=16, help="prompts answered per generate() call")
-    p.add_argument("--num-heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=1, help="residual blocks per head after its input block")
-    p.add_argument("--draft-vocab", type=int, default=8192, help="most frequent tokens the heads can propose")
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--eval-every", type=int, default=250)
-    p.add_argument("--checkpoint-every", type=int, default=250)
-    p.add_argument("--max-minutes", type=float, default=0.0, help="stop training after this long (0 = no limit)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
-    p.add_argument("--grad-checkpoint", action="store_true", help="recompute vocab logits in backward (less memory)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint and the cached data")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_train_heads, no_heads=True)
-
     c = subparsers.add_parser("build-corpus", help="generate the self-distillation corpus (resumable, in chunks)")
     c.add_argument("--out", required=True, type=Path, help="corpus directory (an existing one is resumed)")
     c.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
@@ -55,7 +31,9 @@ def register(subparsers) -> None:
     c.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
     c.set_defaults(func=_build_corpus)
 
-    t = subparsers.add_parser("train-predictor", help="train an EAGLE-3 predictor on a self-distillation corpus")
+    t = subparsers.add_parser(
+        "train-heads", aliases=["train-predictor"], help="train the EAGLE-3 lookahead predictor on a self-distillation corpus"
+    )
     t.add_argument("--corpus", required=True, type=Path, help="a `lopa build-corpus` directory")
     t.add_argument("--out", required=True, type=Path, help="predictor directory (EAGLE-3 / speculators layout)")
     t.add_argument("--model", default=None, help="the corpus's base model (default: SmolLM2-135M-Instruct)")
@@ -73,41 +51,6 @@ def register(subparsers) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
     t.set_defaults(func=_train_predictor)
-
-
-def _train_heads(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..cli import load_engine
-    from ..draft.heads import HeadsConfig, base_identity
-    from .data import build_data
-    from .prompts import training_prompts
-    from .trainer import TrainSettings, train_heads
-
-    torch.set_num_threads(args.threads)
-    engine = load_engine(args)
-    loaded = engine.loaded
-    identity = base_identity(loaded)
-    command = "lopa " + shlex.join(sys.argv[1:])
-    cache = args.data_dir or Path(tempfile.gettempdir()) / "lopa-heads-data" / f"{identity['fingerprint']}-{args.prompts}"
-    prompts = [engine.encode_prompt(p) for p in training_prompts(args.prompts, args.seed)]
-    data = build_data(
-        loaded.model, prompts, cache, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, num_targets=args.num_heads
-    )
-    config = HeadsConfig(
-        num_heads=args.num_heads,
-        num_layers=args.layers,
-        training={"command": command, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "rows": len(data)},
-        **identity,
-    )
-    settings = TrainSettings(
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-        checkpoint_every=args.checkpoint_every, grad_checkpoint=args.grad_checkpoint, max_minutes=args.max_minutes,
-        seed=args.seed,
-    )
-    result = train_heads(loaded, data, config, args.draft_vocab, args.out, settings, resume=args.resume)
-    print(json.dumps({"out": str(args.out), "held_out": result}))
-    return 0
 
 
 def _build_corpus(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from ..errors import InvalidRequestError
 from ..models.loading import embedding_fingerprint
-from .data import eos_and_pad, generate_answers
+from .generate import eos_and_pad, generate_answers
 from .sources import LOCALE_DIR, SHARES, Prompt, clean_request, instruct_seeds, mix
 
 INSTRUCT_TOKENS = 40  # enough for one request
