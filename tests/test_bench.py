@@ -54,6 +54,10 @@ def test_cli_end_to_end_writes_valid_results(tiny_data, tmp_path, no_llamacpp, c
             assert 1 <= run["new_tokens"] <= 8 and run["exact_match"] is True  # all three are lossless
             assert run["prefill_s"] <= run["wall_s"]
     assert results["aggregate"]["hf"]["overall"]["speedup_median"] == pytest.approx(1.0)
+    lopa = results["aggregate"]["lopa"]["overall"]
+    assert 0 < lopa["draft_share_median"] < 1 and 0 < lopa["verify_share_median"] < 1  # where a lopa step's time goes
+    assert 0 <= lopa["predictor_depth1_accept"] <= 1  # the shipped predictor drafts by default
+    assert results["aggregate"]["hf"]["overall"]["predictor_depth1_accept"] is None
     assert set(results["aggregate"]["lopa"]["by_category"]) == {"writing", "coding"}
     report = (out / "report.md").read_text()
     assert "skipped" in report and "## Overall" in report

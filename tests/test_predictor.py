@@ -240,3 +240,6 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     failures, results, _ = sweep(drafted, stock, prompts, 64)
     assert not failures, failures
     assert_every_drafter_drafted(results, ["predictor"])
+    first = [r.stats.drafters["predictor"] for r in results]  # depth-1 top-1: one trial per verification step
+    assert all(f["depth1_trials"] == r.stats.forwards for f, r in zip(first, results))
+    assert sum(f["depth1_hits"] for f in first) > 0.5 * sum(f["depth1_trials"] for f in first)  # overfit on these

@@ -40,6 +40,7 @@ class GenerationStats:
     accept_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
     window: dict = field(default_factory=dict)  # dynamic window: moves of k and tree sizes chosen
     steps: list[dict] = field(default_factory=list)  # per step: tokens and how each was drafted
+    drafters: dict = field(default_factory=dict)  # per drafter source with a summary(): e.g. the predictor's depth-1 hits
 
     @property
     def tokens_per_forward(self) -> float:
@@ -247,6 +248,7 @@ class Engine:
         stats.new_tokens = len(text.ids)
         if drafting:
             stats.window = drafting.controller.summary()
+            stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
         yield GenerationResult(text.emitted, text.ids, text.finish, stats)
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> Iterator[str]:

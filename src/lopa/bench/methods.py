@@ -51,6 +51,9 @@ class Run:
     prefill_s: float  # until the first new token exists
     forwards: int | None  # target forwards after the prefill; None when the method cannot tell
     accept_lengths: list[int]  # drafted tokens accepted per decoding step (empty when unknown)
+    draft_s: float | None = None  # of wall_s, drafting (lopa only: proposals, tree, drafters observing)
+    verify_s: float | None = None  # of wall_s, verification forwards after the prefill (lopa only)
+    predictor_depth1: tuple[int, int] | None = None  # (hits, trials) of the predictor's top-1 after the root
 
 
 class Method(Protocol):
@@ -121,7 +124,9 @@ class EngineMethod:
         result = self.engine.generate(prompt_ids, max_new_tokens=max_new_tokens, method=self.method, temperature=0.0)
         wall = time.perf_counter() - start
         s = result.stats
-        return Run(result.token_ids, wall, s.prefill_s, s.forwards, list(s.accept_lengths))
+        first = s.drafters.get("predictor")
+        depth1 = (first["depth1_hits"], first["depth1_trials"]) if first else None
+        return Run(result.token_ids, wall, s.prefill_s, s.forwards, list(s.accept_lengths), s.draft_s, s.verify_s, depth1)
 
 
 class LlamaCpp:

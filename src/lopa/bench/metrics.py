@@ -34,6 +34,7 @@ def summarize(runs: list[dict], reference_perplexities: list[float]) -> dict:
     matches = _present(runs, "exact_match")
     tpf = _present(runs, "tokens_per_forward")
     ppl = _present(runs, "perplexity")
+    hits, trials = sum(_present(runs, "predictor_depth1_hits")), sum(_present(runs, "predictor_depth1_trials"))
     return {
         "prompts": len(runs),
         "new_tokens": tokens,
@@ -45,6 +46,9 @@ def summarize(runs: list[dict], reference_perplexities: list[float]) -> dict:
         "tokens_per_forward_mean": float(np.mean(tpf)) if tpf else None,
         "accept_length_hist": {str(k): v for k, v in sorted(Counter(accepts).items())},
         "accept_length_mean": float(np.mean(accepts)) if accepts else None,
+        "draft_share_median": _median([r["draft_s"] / r["wall_s"] for r in runs if r["draft_s"] is not None and r["wall_s"] > 0]),
+        "verify_share_median": _median([r["verify_s"] / r["wall_s"] for r in runs if r["verify_s"] is not None and r["wall_s"] > 0]),
+        "predictor_depth1_accept": hits / trials if trials else None,
         "speedup_median": _median(_present(runs, "speedup")),
         "exact_match_rate": sum(matches) / len(matches) if matches else None,
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs) if runs else None,

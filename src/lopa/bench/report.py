@@ -26,7 +26,7 @@ def lopa_table_md(rows: list[dict]) -> str:
 def overall_md(aggregate: dict) -> str:
     """One row per method: latency, throughput, tokens per forward, speedup, exact match, memory."""
     header = ["method", "prompts", "median ms", "p90 ms", "prefill ms", "tok/s", "TPF", "accept mean",
-              "speedup vs hf", "exact match", "peak RSS MiB", "ppl (ref)"]
+              "speedup vs hf", "exact match", "drafting share", "predictor depth-1", "peak RSS MiB", "ppl (ref)"]
     rows = []
     for name, agg in aggregate.items():
         s = agg["overall"]
@@ -36,7 +36,8 @@ def overall_md(aggregate: dict) -> str:
             name, str(s["prompts"]), _fmt(s["latency_median_s"], ".0f", 1000), _fmt(s["latency_p90_s"], ".0f", 1000),
             _fmt(s["prefill_median_s"], ".0f", 1000), _fmt(s["tokens_per_s"], ".1f"),
             _fmt(s["tokens_per_forward_median"]), _fmt(s["accept_length_mean"]), _fmt(s["speedup_median"], suffix="x"),
-            _fmt(s["exact_match_rate"], ".0%"), _fmt(s["peak_rss_mb"], ".0f"), ppl,
+            _fmt(s["exact_match_rate"], ".0%"), _fmt(s["draft_share_median"], ".0%"), _fmt(s["predictor_depth1_accept"]),
+            _fmt(s["peak_rss_mb"], ".0f"), ppl,
         ])
     return _table(header, rows)
 

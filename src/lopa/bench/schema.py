@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 NUM = (int, float)
 
 
@@ -37,6 +37,10 @@ RUN = {
     "tokens_per_forward": Nullable(NUM),
     "tokens_per_s": NUM,
     "accept_lengths": ListOf(int),
+    "draft_s": Nullable(NUM),
+    "verify_s": Nullable(NUM),
+    "predictor_depth1_hits": Nullable(int),
+    "predictor_depth1_trials": Nullable(int),
     "peak_rss_mb": NUM,
     "exact_match": Nullable(bool),
     "speedup": Nullable(NUM),
@@ -65,6 +69,9 @@ SUMMARY = {
     "tokens_per_forward_mean": Nullable(NUM),
     "accept_length_hist": MapOf(int),
     "accept_length_mean": Nullable(NUM),
+    "draft_share_median": Nullable(NUM),
+    "verify_share_median": Nullable(NUM),
+    "predictor_depth1_accept": Nullable(NUM),
     "speedup_median": Nullable(NUM),
     "exact_match_rate": Nullable(NUM),
     "peak_rss_mb": Nullable(NUM),

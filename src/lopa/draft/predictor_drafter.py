@@ -5,7 +5,9 @@ After every verification the drafter runs its predictor over the rows of the tok
 the new root. Drafting then grows a tree depth by depth: the `top_k` nodes of the newest depth with the
 highest cumulative log-probability are expanded in one batched predictor forward (their rows attend to
 the committed rows and to their own ancestors in the predictor's cache), each adding its `top_k`
-likeliest children. At the end all drafted nodes are reranked by cumulative log-probability and the
+likeliest children. Nodes whose path probability is below `min_path_prob` are not expanded (a tree
+node that unlikely never pays for its row in the verification forward), so an unsure predictor stops
+early and costs less. At the end all drafted nodes are reranked by cumulative log-probability and the
 best `max_nodes` go out as root-to-leaf Proposals whose confidences are the predictor's probabilities;
 tree.py merges them with the other drafters' proposals.
 
@@ -40,14 +42,19 @@ class _Node:
 class PredictorDrafter:
     source = "predictor"
 
-    def __init__(self, predictor: Eagle3Predictor, top_k: int = 4, max_depth: int = 6, max_nodes: int = 24):
+    def __init__(
+        self, predictor: Eagle3Predictor, top_k: int = 4, max_depth: int = 6, max_nodes: int = 24, min_path_prob: float = 0.02
+    ):
         self.predictor = predictor
         self.top_k = top_k
         self.max_depth = max_depth
         self.max_nodes = max_nodes
+        self.min_path_prob = min_path_prob  # expand no deeper once the best frontier path is this unlikely
         self.cache = PredictorCache()
         self.prefill: torch.Tensor | None = None
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (draft logits, feature) after the tree root
+        self.first: int | None = None  # its likeliest token after the root, at the last draft
+        self.first_hits = self.first_trials = 0  # how often that was the target's token (depth-1 top-1 acceptance)
 
     @property
     def hidden_layers(self) -> tuple[int, ...]:
@@ -56,7 +63,8 @@ class PredictorDrafter:
 
     def start(self, prompt: Sequence[int]) -> None:
         self.cache.reset()
-        self.prefill = self.root = None
+        self.prefill = self.root = self.first = None
+        self.first_hits = self.first_trials = 0
 
     def observe_prefill(self, layers: torch.Tensor) -> None:
         self.prefill = layers  # run at the first propose, when the first token (the root) is known
@@ -64,7 +72,15 @@ class PredictorDrafter:
     def observe(self, feedback: StepFeedback) -> None:
         if feedback.layers is None:
             raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
+        if self.first is not None:
+            self.first_trials += 1
+            self.first_hits += feedback.new_tokens[0] == self.first
+            self.first = None
         self._commit(feedback.new_tokens, feedback.layers[feedback.accepted_nodes])
+
+    def summary(self) -> dict:
+        """Depth-1 top-1 acceptance over this request's steps: the predictor's own quality, whatever the tree kept."""
+        return {"depth1_hits": self.first_hits, "depth1_trials": self.first_trials}
 
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
         if self.prefill is not None:  # rows for prompt[1:] + the first token, from the prompt's features
@@ -100,8 +116,12 @@ class PredictorDrafter:
         nodes: list[_Node] = []
         logits, feature = self.root
         frontier = self._children(-1, logits, feature, nodes)
+        self.first = nodes[0].token  # topk is sorted: the likeliest child comes first
+        floor = math.log(self.min_path_prob) if self.min_path_prob > 0 else -math.inf
         for level in range(1, depth):
-            expand = sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k]
+            expand = [i for i in sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k] if nodes[i].score >= floor]
+            if not expand:  # deeper nodes could not pay for their rows: stop drafting early
+                break
             drafted, t = self.cache.drafted, len(expand)
             ancestors = torch.zeros(t, drafted + t, dtype=torch.bool)
             for row, i in enumerate(expand):
