@@ -59,6 +59,7 @@ class DraftConfig:
     use_prompt_lookup: bool = True
     use_ngram_pool: bool = True
     use_predictor: bool = True  # the EAGLE-3 predictor (the shipped one, when it fits the model)
+    predictor_min_hit_rate: float = 0.35  # the predictor drafts only while its recent depth-1 hit rate is this high
     use_int8_draft: bool = False  # an int8 copy of the model drafts a greedy chain (lossless; CPU)
     int8_draft_depth: int = 4  # tokens the int8 drafter proposes per step (each one int8 forward)
     lossy_int8_verify: bool = False  # LOSSY (opt-in): an int8 copy verifies; full precision every N steps
@@ -81,3 +82,5 @@ class DraftConfig:
             raise InvalidRequestError("lossy_calibration_every must be >= 1")
         if self.ngram_size < 2:
             raise InvalidRequestError("ngram_size must be >= 2")
+        if not 0.0 <= self.predictor_min_hit_rate <= 1.0:
+            raise InvalidRequestError(f"predictor_min_hit_rate must be in [0, 1], got {self.predictor_min_hit_rate}")

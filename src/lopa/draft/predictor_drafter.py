@@ -3,13 +3,14 @@
 After every verification the drafter runs its predictor over the rows of the tokens just committed
 (each with the target's features of the position before it), which also yields the distribution after
 the new root. Drafting then grows a tree depth by depth: the `top_k` nodes of the newest depth with the
-highest cumulative log-probability are expanded in one batched predictor forward (their rows attend to
-the committed rows and to their own ancestors in the predictor's cache), each adding its `top_k`
-likeliest children. Nodes whose path probability is below `min_path_prob` are not expanded (a tree
-node that unlikely never pays for its row in the verification forward), so an unsure predictor stops
-early and costs less. At the end all drafted nodes are reranked by cumulative log-probability and the
-best `max_nodes` go out as root-to-leaf Proposals whose confidences are the predictor's probabilities;
-tree.py merges them with the other drafters' proposals.
+highest path confidence are expanded in one batched predictor forward (their rows attend to the
+committed rows and to their own ancestors in the predictor's cache), each adding its `top_k` likeliest
+children. A node's confidence is its predictor probability calibrated online (`calibration_rates`: the
+acceptance actually seen per probability bin), its path confidence the product along its path. Nodes
+whose path confidence is below `min_path_prob` are not expanded (a tree node that unlikely never pays
+for its row in the verification forward), so an unsure predictor stops early and costs less. At the
+end all drafted nodes are reranked by path confidence and the best `max_nodes` go out as root-to-leaf
+Proposals with their calibrated confidences; tree.py merges them with the other drafters' proposals.
 
 The predictor reads the target's hidden states of its aux layers: set `runner.hidden_layers =
 drafter.hidden_layers`, so verification (StepFeedback.layers) and prefill (observe_prefill) carry them.
@@ -25,6 +26,7 @@ from typing import Sequence
 import torch
 
 from .base import Proposal, StepFeedback
+from .calibration import AcceptanceRates
 from .predictor import Eagle3Predictor, PredictorCache, causal
 
 
@@ -34,7 +36,8 @@ class _Node:
     parent: int  # node index, -1 for the root's children
     depth: int
     prob: float  # the predictor's probability of this token given its parent
-    score: float  # cumulative log-probability
+    conf: float  # that probability calibrated: the learned P(accepted | parent accepted) of its bin
+    score: float  # cumulative log-confidence (calibrated): what ranks and prunes nodes
     rows: list[int] = field(default_factory=list)  # drafted cache rows of its ancestors and itself, once expanded
     feature: torch.Tensor | None = None  # the parent row's output feature: this node's row input
 
@@ -43,18 +46,36 @@ class PredictorDrafter:
     source = "predictor"
 
     def __init__(
-        self, predictor: Eagle3Predictor, top_k: int = 4, max_depth: int = 6, max_nodes: int = 24, min_path_prob: float = 0.02
+        self,
+        predictor: Eagle3Predictor,
+        top_k: int = 4,
+        max_depth: int = 6,
+        max_nodes: int = 24,
+        min_path_prob: float = 0.02,
+        rates: AcceptanceRates | None = None,
+        min_hit_rate: float = 0.0,
     ):
         self.predictor = predictor
         self.top_k = top_k
         self.max_depth = max_depth
         self.max_nodes = max_nodes
         self.min_path_prob = min_path_prob  # expand no deeper once the best frontier path is this unlikely
+        self.rates = rates or calibration_rates()  # share one across requests (Engine does) to learn faster
+        self.last: list[tuple[list[int], list[int]]] = []  # the last proposals: tokens and their probability bins
         self.cache = PredictorCache()
         self.prefill: torch.Tensor | None = None
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (draft logits, feature) after the tree root
-        self.first: int | None = None  # its likeliest token after the root, at the last draft
+        self.first: int | None = None  # its likeliest token after the root, at the last step
         self.first_hits = self.first_trials = 0  # how often that was the target's token (depth-1 top-1 acceptance)
+        # draft only while the recent depth-1 hit rate (EMA) is at least this: below it the drafting and the
+        # larger verification cost more than the accepted tokens save (the first guess is free: it comes
+        # with the committed rows, so the rate keeps being measured while drafting is off)
+        self.min_hit_rate = min_hit_rate
+        self.hit_rate = 0.5
+        # while drafting is off, committed rows wait here and run in one forward every PROBE_EVERY steps
+        # (a probe: it measures the hit rate again), so an idle predictor costs almost nothing
+        self.pending: list[tuple[list[int], torch.Tensor]] = []
+        self.steps = 0
 
     @property
     def hidden_layers(self) -> tuple[int, ...]:
@@ -64,7 +85,9 @@ class PredictorDrafter:
     def start(self, prompt: Sequence[int]) -> None:
         self.cache.reset()
         self.prefill = self.root = self.first = None
-        self.first_hits = self.first_trials = 0
+        self.first_hits = self.first_trials = self.steps = 0
+        self.hit_rate = 0.5
+        self.pending = []
 
     def observe_prefill(self, layers: torch.Tensor) -> None:
         self.prefill = layers  # run at the first propose, when the first token (the root) is known
@@ -72,11 +95,29 @@ class PredictorDrafter:
     def observe(self, feedback: StepFeedback) -> None:
         if feedback.layers is None:
             raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
+        self._learn(feedback)
         if self.first is not None:
+            hit = feedback.new_tokens[0] == self.first
             self.first_trials += 1
-            self.first_hits += feedback.new_tokens[0] == self.first
+            self.first_hits += hit
+            self.hit_rate = 0.9 * self.hit_rate + 0.1 * hit
             self.first = None
-        self._commit(feedback.new_tokens, feedback.layers[feedback.accepted_nodes])
+        self.pending.append((feedback.new_tokens, feedback.layers[feedback.accepted_nodes]))
+        self.steps += 1
+        if self.hit_rate >= self.min_hit_rate or self.steps % PROBE_EVERY == 0:
+            self._flush()
+
+    def _learn(self, feedback: StepFeedback) -> None:
+        """Score each proposed token that reached the tree and whose parent the target accepted, in its bin."""
+        tree, kept, seen = feedback.tree, set(feedback.accepted_nodes), set()
+        for tokens, bins in self.last:
+            for node, key in zip(tree.find_path(tokens)[1:], bins):
+                if tree.parents[node] not in kept:
+                    break
+                if node not in seen:
+                    seen.add(node)
+                    self.rates.record(key, node in kept)
+        self.last = []
 
     def summary(self) -> dict:
         """Depth-1 top-1 acceptance over this request's steps: the predictor's own quality, whatever the tree kept."""
@@ -84,12 +125,25 @@ class PredictorDrafter:
 
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
         if self.prefill is not None:  # rows for prompt[1:] + the first token, from the prompt's features
-            self._commit(list(context[1:]), self.prefill)
+            self.pending.append((list(context[1:]), self.prefill))
             self.prefill = None
+            self._flush()
+        if self.pending:  # drafting is off and this is no probe step: the root's row was not run
+            return []
         if self.root is None:
             raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
         depth = min(max_depth, self.max_depth)
-        return self._draft(depth, len(context)) if depth > 0 else []
+        self.first = self.predictor.draft_ids[int(self.root[0].argmax())].item()
+        if depth < 1 or self.hit_rate < self.min_hit_rate:
+            return []
+        return self._draft(depth, len(context))
+
+    def _flush(self) -> None:
+        """Run the pending committed rows in one predictor forward."""
+        tokens = [t for part, _ in self.pending for t in part]
+        layers = torch.cat([rows for _, rows in self.pending])
+        self.pending = []
+        self._commit(tokens, layers)
 
     @torch.no_grad()
     def _commit(self, tokens: list[int], layers: torch.Tensor) -> None:
@@ -108,7 +162,8 @@ class PredictorDrafter:
         base, depth = (0.0, 1) if parent < 0 else (nodes[parent].score, nodes[parent].depth + 1)
         first = len(nodes)
         for tok, lp in zip(tokens, logp.tolist()):
-            nodes.append(_Node(tok, parent, depth, math.exp(lp), base + lp, feature=feature))
+            conf = self.rates.rate(_bin(math.exp(lp)))
+            nodes.append(_Node(tok, parent, depth, math.exp(lp), conf, base + math.log(conf), feature=feature))
         return list(range(first, len(nodes)))
 
     def _draft(self, depth: int, position: int) -> list[Proposal]:
@@ -116,7 +171,6 @@ class PredictorDrafter:
         nodes: list[_Node] = []
         logits, feature = self.root
         frontier = self._children(-1, logits, feature, nodes)
-        self.first = nodes[0].token  # topk is sorted: the likeliest child comes first
         floor = math.log(self.min_path_prob) if self.min_path_prob > 0 else -math.inf
         for level in range(1, depth):
             expand = [i for i in sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k] if nodes[i].score >= floor]
@@ -140,7 +194,7 @@ class PredictorDrafter:
         return self._proposals(nodes)
 
     def _proposals(self, nodes: list[_Node]) -> list[Proposal]:
-        """Rerank every drafted node by cumulative log-probability; the best max_nodes as root-to-leaf paths.
+        """Rerank every drafted node by cumulative log-confidence; the best max_nodes as root-to-leaf paths.
 
         A child never scores above its parent, so (parents first on ties) the chosen nodes form a tree."""
         chosen = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))[: self.max_nodes]
@@ -152,5 +206,23 @@ class PredictorDrafter:
                 path.append(nodes[i])
                 i = nodes[i].parent
             path.reverse()
-            proposals.append(Proposal([n.token for n in path], [n.prob for n in path], self.source))
+            proposals.append(Proposal([n.token for n in path], [n.conf for n in path], self.source))
+            self.last.append(([n.token for n in path], [_bin(n.prob) for n in path]))
         return proposals
+
+
+BINS = 10
+PROBE_EVERY = 8  # steps between probes of an idle predictor
+
+
+def _bin(prob: float) -> int:
+    return min(BINS - 1, int(prob * BINS))
+
+
+def calibration_rates() -> AcceptanceRates:
+    """P(accepted | parent accepted) per bin of the predictor's probability, starting from the bin's centre.
+
+    A predictor trained on a few hundred thousand rows is overconfident on prompts unlike its data (on
+    unseen prompts its 0.5-0.6 bin was right about a quarter of the time): the tree filter and the cost
+    model need what is actually accepted, which these rates learn while decoding."""
+    return AcceptanceRates({b: (b + 0.5) / BINS for b in range(BINS)}, strength=8.0, decay=0.995)

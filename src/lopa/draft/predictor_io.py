@@ -41,8 +41,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import ModelLoadError
-from .files import read_config_json, read_weights
-from .files import model_identity
+from .files import model_identity, read_config_json, read_weights
 from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
 
 FORMAT = "lopa-predictor/1"
