@@ -76,6 +76,7 @@ def test_compiled_static_cache_matches_eager(engine: Engine) -> None:
     without the CUDA-graph replay: same tokens as plain decoding, nothing compiled after warm_up."""
     compiled = Engine(engine.loaded, DraftConfig(node_budget=3))
     compiled.runner = Runner(engine.model, compile=True, static_capacity=512)
+    compiled.runner.hidden_layers = engine.runner.hidden_layers  # what the shipped predictor drafts from
     compiled.warm_up()
     with torch._dynamo.config.patch(error_on_recompile=True):
         for prompt in PROMPTS:

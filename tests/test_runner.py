@@ -70,6 +70,7 @@ def test_static_cache_is_allocated_once_and_decodes_losslessly(engine: Engine) -
     of it under the mask; greedy lopa on it equals plain decoding, and a request it cannot hold is refused."""
     static = Engine(engine.loaded)
     static.runner = Runner(engine.model, static_capacity=512)
+    static.runner.hidden_layers = engine.runner.hidden_layers  # what the shipped predictor drafts from
     prompt = "List three facts about the Moon."
     want = engine.generate(prompt, max_new_tokens=48, method="ar").token_ids
     assert static.generate(prompt, max_new_tokens=48).token_ids == want
