@@ -13,7 +13,7 @@ from .decode.loop import Drafting, StepRecord, decode
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
 from .draft.int8_draft import Int8Drafter
-from .draft.predictor_drafter import PredictorDrafter, calibration_rates
+from .draft.predictor_drafter import PredictorDrafter
 from .draft.predictor_io import PredictorSpec, predictor_for
 from .errors import InvalidRequestError
 from .models.loading import LoadedModel, load_model
@@ -94,7 +94,6 @@ class Engine:
         self.predictor = predictor_for(self.model, predictor, self.draft.use_predictor)
         if self.predictor is not None:
             self.runner.hidden_layers = tuple(self.predictor.config.aux_layers)
-        self.predictor_rates = calibration_rates()  # what the predictor's confidences are worth, learned across requests
         self._cost: CostModel | None = None
         self._warm = False
         self._int8_runner: Runner | None = None
@@ -205,7 +204,7 @@ class Engine:
             drafters.append(
                 PredictorDrafter(
                     self.predictor, c.top_k_per_depth, c.max_depth, c.node_budget,
-                    rates=self.predictor_rates, min_hit_rate=c.predictor_min_hit_rate,
+                    min_hit_rate=c.predictor_min_hit_rate,
                 )
             )
         if c.use_int8_draft:

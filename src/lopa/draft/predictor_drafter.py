@@ -6,7 +6,7 @@ the new root. Drafting then grows a tree depth by depth: the `top_k` nodes of th
 highest path confidence are expanded in one batched predictor forward (their rows attend to the
 committed rows and to their own ancestors in the predictor's cache), each adding its `top_k` likeliest
 children. A node's confidence is its predictor probability calibrated online (`calibration_rates`: the
-acceptance actually seen per probability bin), its path confidence the product along its path. Nodes
+acceptance actually seen per probability bin in this request), its path confidence the product along its path. Nodes
 whose path confidence is below `min_path_prob` are not expanded (a tree node that unlikely never pays
 for its row in the verification forward), so an unsure predictor stops early and costs less. At the
 end all drafted nodes are reranked by path confidence and the best `max_nodes` go out as root-to-leaf
@@ -60,7 +60,9 @@ class PredictorDrafter:
         self.max_depth = max_depth
         self.max_nodes = max_nodes
         self.min_path_prob = min_path_prob  # expand no deeper once the best frontier path is this unlikely
-        self.rates = rates or calibration_rates()  # share one across requests (Engine does) to learn faster
+        # per request unless given: rates shared across requests would make a seeded sampled answer depend on
+        # the requests before it (the tree, hence the random draws of acceptance, would differ)
+        self.rates = rates or calibration_rates()
         self.last: list[tuple[list[int], list[int]]] = []  # the last proposals: tokens and their probability bins
         self.cache = PredictorCache()
         self.prefill: torch.Tensor | None = None
