@@ -1,4 +1,4 @@
-"""The fast runner: packed linears, int8, chunked verification and `lopa profile` keep outputs exact."""
+"""The fast runner: packed linears, grouped-KV attention, int8, chunked verification and `lopa profile` keep outputs exact."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import json
 
 import pytest
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lopa import Engine
 from lopa.cli import main
 from lopa.config import DraftConfig
+from lopa.models.attention import TREE_ATTENTION, tree_attention
+from lopa.models.fastkernels import stock_twin
 from lopa.models.fastlinear import PackedLinear
 from lopa.models.quantize import Int8Linear
 from lopa.models.runner import Runner
@@ -25,8 +28,9 @@ def int8_engine() -> Engine:
 
 
 def test_packed_model_matches_stock_logits(engine: Engine, stock) -> None:
-    """Packed linears (the CPU default) give stock transformers' logits at every row count, packed or not."""
+    """lopa's kernels (the CPU default) give stock transformers' logits at every row count."""
     assert any(isinstance(m, PackedLinear) for m in engine.model.modules()), "CPU fp32 models load with packed linears"
+    assert engine.model.config._attn_implementation == TREE_ATTENTION
     assert not any(isinstance(m, PackedLinear) for m in stock.model.modules())
     ids = torch.tensor([stock.prompt_ids(PROMPTS[0])])
     with torch.no_grad():
@@ -35,15 +39,46 @@ def test_packed_model_matches_stock_logits(engine: Engine, stock) -> None:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{rows} rows: {m}")
 
 
-def test_packed_weight_serves_every_row_count() -> None:
-    weight = torch.randn(96, 80)
-    layer = PackedLinear(torch.nn.Linear(80, 96, bias=False))
-    layer.weight = torch.nn.Parameter(weight)
-    layer.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, 16)
+def test_packed_linear_is_exact_and_row_invariant() -> None:
+    """Every row count gives x @ W.T + b, and a row's result does not depend on the rows beside it
+    (bit-identical), so a token verified inside a tree gets a 1-token step's projections."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(80, 96)
+    layer = PackedLinear(linear)
+    x = torch.randn(100, 80)
     with torch.no_grad():
+        alone = layer(x[:1])
         for rows in (1, 3, 4, 5, 16, 17, 64, 100):
-            x = torch.randn(rows, 80)
-            torch.testing.assert_close(layer(x), x @ weight.T, rtol=1e-4, atol=1e-4)
+            out = layer(x[:rows])
+            torch.testing.assert_close(out, linear(x[:rows]), rtol=1e-5, atol=1e-5)
+            assert torch.equal(out[:1], alone), f"row 0 changed with {rows} rows"
+        torch.testing.assert_close(layer(x.view(4, 25, 80)), linear(x).view(4, 25, 96), rtol=1e-5, atol=1e-5)
+    assert layer.weight is linear.weight  # one parameter: fingerprints and tied embeddings see the same model
+
+
+def test_grouped_kv_attention_equals_stock_attention(engine: Engine) -> None:
+    """The registered tree attention reads grouped KV heads in place and matches transformers' SDPA."""
+    attn = engine.model.model.layers[0].self_attn
+    assert attn.num_key_value_groups > 1, "the default model has grouped KV heads"
+    torch.manual_seed(0)
+    heads, kv_heads, dim = attn.config.num_attention_heads, attn.config.num_key_value_heads, attn.head_dim
+    for queries, keys in ((1, 40), (16, 300)):
+        q, k, v = torch.randn(1, heads, queries, dim), torch.randn(1, kv_heads, keys, dim), torch.randn(1, kv_heads, keys, dim)
+        mask = torch.where(torch.rand(1, 1, queries, keys + 5) < 0.8, 0.0, torch.finfo(torch.float32).min)
+        mask[..., 0] = 0.0  # every query sees a key
+        got, _ = tree_attention(attn, q, k, v, mask, scaling=attn.scaling)
+        want, _ = sdpa_attention_forward(attn, q, k, v, mask[..., :keys], scaling=attn.scaling)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)  # summation order only
+
+
+def test_stock_twin_shares_weights_without_lopa_modules(engine: Engine, stock) -> None:
+    twin = stock_twin(engine.model)
+    assert twin.config._attn_implementation == "sdpa" and engine.model.config._attn_implementation == TREE_ATTENTION
+    assert not any(isinstance(m, PackedLinear) for m in twin.modules())
+    assert twin.lm_head.weight.data_ptr() == engine.model.lm_head.weight.data_ptr()
+    ids = torch.tensor([stock.prompt_ids(PROMPTS[1])])
+    with torch.no_grad():
+        assert torch.equal(twin(ids).logits, stock.model(ids).logits)
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The decoding methods a benchmark compares, each behind one call: generate(prompt_ids, max_new_tokens) -> Run.
 
 All run greedy on the same prompt token ids in the same process. `hf` is the reference
-every speedup and exact match is measured against. lopa ablations are a table of
+every speedup and exact match is measured against: stock transformers modules over the
+engine's weights (`stock_twin`), none of lopa's kernels. lopa ablations are a table of
 DraftConfig overrides, so adding one is one line.
 """
 
@@ -188,13 +189,14 @@ def build_methods(
     `gguf` is called only when a llama.cpp method is asked for and llama-cpp-python imports.
     """
     from ..api import Engine
+    from ..models.fastkernels import stock_twin
 
     methods: dict[str, Method] = {}
     skipped: dict[str, str] = {}
     compiled = None  # one torch.compile engine shared by the compiled methods
     for name in names:
         if name in HF_METHODS:
-            methods[name] = HFGenerate(name, engine.model, HF_METHODS[name])
+            methods[name] = HFGenerate(name, stock_twin(engine.model), HF_METHODS[name])
         elif name == "ar":
             methods[name] = EngineMethod(name, engine, "ar")
         elif name in LOPA_VARIANTS:

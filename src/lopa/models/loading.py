@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
-from .fastlinear import pack_linears
+from .fastkernels import use_fast_kernels
 from .quantize import INT8, quantize_int8
 
 
@@ -103,12 +103,13 @@ def load_model(
     device: str = "cpu",
     dtype: torch.dtype | str | None = None,
     trust_remote_code: bool = False,
-    pack: bool = True,
+    fast: bool = True,
 ) -> LoadedModel:
     """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default).
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
-    pack: give fp32 CPU linear layers MKL-packed weights for multi-token forwards (models/fastlinear.py).
+    fast: lopa's CPU kernels (oneDNN-packed linears, in-place grouped-KV attention: models/fastkernels.py);
+    False leaves the stock transformers modules.
     """
     start = time.perf_counter()
     hf_logging.disable_progress_bar()
@@ -129,6 +130,6 @@ def load_model(
     model.requires_grad_(False)
     if int8:
         quantize_int8(model)
-    if pack:
-        pack_linears(model)
+    if fast:
+        use_fast_kernels(model)
     return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)

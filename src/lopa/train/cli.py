@@ -60,7 +60,7 @@ def _build_corpus(args: argparse.Namespace) -> int:
     from .corpus import CorpusSettings, build_corpus
 
     torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device, pack=False)  # stock generate(), no lopa layers
+    loaded = load_model(args.model, device=args.device, fast=False)  # stock generate(), no lopa layers
     settings = CorpusSettings(
         prompts=args.prompts, chunk_size=args.chunk_size, batch=args.batch, max_new_tokens=args.max_new_tokens,
         sampled_fraction=args.sampled_fraction, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
@@ -81,7 +81,7 @@ def _train_predictor(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    loaded = load_model(args.model, pack=False)
+    loaded = load_model(args.model, fast=False)
     sequences = [(prompt, answer) for prompt, answer, _ in load_corpus(args.corpus)][: args.sequences]
     held = args.held_out
     aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
