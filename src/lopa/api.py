@@ -21,6 +21,7 @@ from .models.lossy import LossyInt8Runner
 from .models.compiled import buckets_up_to, cuda_graph_capacity
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_costs
 from .models.runner import Runner
+from .models.threads import apply_threads
 from .text import TextStream
 
 Prompt = str | Sequence[dict] | Sequence[int]
@@ -99,6 +100,7 @@ class Engine:
         self._int8_runner: Runner | None = None
         self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
+        self.threads_source = "as the process had it"  # from_pretrained applies the measured count
 
     @classmethod
     def from_pretrained(
@@ -112,6 +114,8 @@ class Engine:
         max_verify_tokens: int | None = None,
         compile: bool = False,
         predictor: PredictorSpec = None,
+        fast: bool = True,
+        threads: int | None = None,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
@@ -119,9 +123,15 @@ class Engine:
         `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
         `predictor`: an EAGLE-3 predictor (a speculators-layout directory or a loaded one) that drafts EAGLE-2
         trees; False for none, None for the shipped predictor when it fits the model.
+        `fast`: lopa's CPU kernels (models/fastkernels.py; False: stock transformers modules).
+        `threads`: torch threads; None = OMP_NUM_THREADS, else the fastest count `lopa profile` measured.
         """
-        loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
-        return cls(loaded, draft, max_verify_tokens, compile, predictor)
+        if threads is not None and threads < 1:
+            raise InvalidRequestError(f"threads must be >= 1, got {threads}")
+        loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, fast=fast)
+        engine = cls(loaded, draft, max_verify_tokens, compile, predictor)
+        engine.threads_source = apply_threads(loaded.fingerprint, engine.runner, threads)
+        return engine
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()

@@ -32,6 +32,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lossy-int8-verify", action="store_true",
                         help="LOSSY: an int8 copy verifies drafts, full precision every --lossy-calibration-every steps")
     parser.add_argument("--lossy-calibration-every", type=int, default=10, metavar="N")
+    parser.add_argument("--threads", "--torch-threads", type=int, default=None, metavar="N",
+                        help="torch threads (default: OMP_NUM_THREADS, else the fastest count `lopa profile` measured)")
+    parser.add_argument("--eager", action="store_true",
+                        help="stock transformers modules: none of lopa's CPU kernels (packed linears, grouped-KV attention)")
     parser.add_argument("--compile", action="store_true",
                         help="verify trees through torch.compile (faster steps; minutes to build the 7 tree-size graphs on first use)")
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
@@ -52,7 +56,7 @@ def load_engine(args: argparse.Namespace):
     return Engine.from_pretrained(
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code,
         max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
-        predictor=False if args.no_predictor else args.predictor,
+        predictor=False if args.no_predictor else args.predictor, fast=not args.eager, threads=args.threads,
     )
 
 
@@ -112,6 +116,8 @@ def _painter(engine):
 
 
 def _info(args: argparse.Namespace) -> int:
+    import torch
+
     from .models.catalog import cache_root
 
     engine = load_engine(args)
@@ -127,6 +133,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"chat:         {'yes' if engine.has_chat_template else 'no'}")
     print(f"cache:        {cache_root()}")
     print(f"load time:    {loaded.load_s:.2f} s")
+    print(f"kernels:      {', '.join(getattr(engine.model, 'lopa_kernels', ())) or 'stock transformers'}")
+    print(f"threads:      {torch.get_num_threads()} ({engine.threads_source})")
     if engine.predictor is not None:
         p = engine.predictor.summary()
         print(f"predictor:    EAGLE-3, aux layers {p['aux_layers']}, {p['draft_vocab']} draft tokens, "

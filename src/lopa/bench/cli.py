@@ -37,7 +37,6 @@ def register(subparsers) -> None:
                    + "; methods default to hf,lopa")
     p.add_argument("--scenarios", default=None, help="comma-separated subset of the LoPA scenarios (implies --lopa-table)")
     p.add_argument("--out", default=None, metavar="DIR", help="write results.json, report.md and PNG plots here")
-    p.add_argument("--torch-threads", type=int, default=None, help="torch threads for every method (default: torch's)")
     p.add_argument("--gguf", default=None, help="GGUF for the llama.cpp methods (default: the catalog model's)")
     p.add_argument("--no-chat", action="store_true", help="raw prompts, without the chat template")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -62,12 +61,6 @@ def run(args: argparse.Namespace) -> int:
         methods=parse_methods(args.methods or ",".join(TABLE_METHODS if table else ALL_METHODS)),
     )
     opts.validate()  # before the model load
-    if args.torch_threads is not None:
-        if args.torch_threads < 1:
-            raise InvalidRequestError(f"--torch-threads must be >= 1, got {args.torch_threads}")
-        import torch
-
-        torch.set_num_threads(args.torch_threads)
     results = run_benchmark(lopa_cli.load_engine(args), opts)
     for name, m in results["methods"].items():
         if m["status"] == "skipped":

@@ -55,7 +55,6 @@ def add_dllm_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--confidence", dest="dllm_confidence", choices=CONFIDENCES, default="maxprob")
     g.add_argument("--procs", dest="dllm_procs", type=int, default=1,
                    help="processes to split the branches over (gloo on CPU)")
-    g.add_argument("--threads", dest="dllm_threads", type=int, default=1, help="torch threads per process")
     g.add_argument("--branch-list", dest="dllm_branch_list", default="1,2,4,8",
                    help="bench: comma-separated LoPA branch counts to compare with the baseline")
     g.add_argument("--dllm-trust-remote-code", dest="dllm_trust_remote_code", action="store_true",
@@ -69,8 +68,13 @@ def _decode_config(args: argparse.Namespace) -> DecodeConfig:
     cfg.validate()
     if args.dllm_procs < 1:
         raise InvalidRequestError(f"--procs must be >= 1, got {args.dllm_procs}")
-    torch.set_num_threads(args.dllm_threads)
+    torch.set_num_threads(_threads(args))
     return cfg
+
+
+def _threads(args: argparse.Namespace) -> int:
+    """torch threads per process: the shared --threads option, 1 when not given (the branches share the cores)."""
+    return getattr(args, "threads", None) or 1
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -84,7 +88,7 @@ def _generate(args: argparse.Namespace) -> int:
     rank0 = True
     if args.dllm_procs > 1:
         [(ids, stats)] = spawn(args.dllm_procs, decode_job, args.dllm, cfg, [prompt], args.dllm_trust_remote_code,
-                               threads=args.dllm_threads)
+                               threads=_threads(args))
     else:
         under_torchrun = init_from_env()
         rank0 = not under_torchrun or torch.distributed.get_rank() == 0

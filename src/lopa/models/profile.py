@@ -48,9 +48,11 @@ def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int) -> floa
 
 
 def precision(runner: Runner) -> str:
-    """'int8' for a quantized model, else its dtype name (+ '-compiled'): profiles of these must not mix."""
+    """'int8' for a quantized model, else its dtype name (+ '-fast' with lopa's kernels, + '-compiled'):
+    profiles of these must not mix."""
     name = getattr(runner.model, "lopa_precision", None) or str(runner.dtype).removeprefix("torch.")
-    return name + ("-compiled" if runner.compiled is not None else "")
+    fast = "-fast" if getattr(runner.model, "lopa_kernels", ()) else ""
+    return name + fast + ("-compiled" if runner.compiled is not None else "")
 
 
 def profile_path(fingerprint: str, runner: Runner) -> Path:

@@ -38,6 +38,10 @@ def register(subparsers) -> None:
     p.add_argument("--prefixes", default="128,512,1024", help="committed prefix lengths to time a 1-token forward at")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median kept)")
     p.add_argument("--no-cache", action="store_true", help="do not write the engine's cached latency curve")
+    p.add_argument("--breakdown-sizes", default="1,4,8,16", help="tokens per forward to split into parts ('' to skip)")
+    p.add_argument("--breakdown-prefixes", default="128,1024", help="prefix lengths of that split")
+    p.add_argument("--no-thread-sweep", action="store_true",
+                   help="do not time each thread count (the sweep caches the fastest for later runs)")
     p.add_argument("--decode-tokens", type=int, default=64,
                    help="then decode this many tokens with lookahead and split a step's time (0: skip)")
     p.add_argument("--decode-prompt", default=SPLIT_PROMPT, help="the prompt of that decode")
@@ -46,15 +50,31 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import cli as lopa_cli
+    from .breakdown import breakdown_table
     from .profile import full_profile, profile_path, save_profile
+    from .threads import apply_threads, save_threads, sweep_threads
 
     sizes, prefixes = _sizes(args.sizes), _sizes(args.prefixes)
+    split_sizes = _sizes(args.breakdown_sizes) if args.breakdown_sizes.strip() else ()
+    split_prefixes = _sizes(args.breakdown_prefixes)
     if args.reps < 1:
         raise InvalidRequestError("--reps must be >= 1")
     engine = lopa_cli.load_engine(args)
     engine.warm_up()  # with --compile: build the graphs before timing
+    sweep = None
+    if not args.no_thread_sweep and engine.runner.device.type == "cpu":
+        sweep = sweep_threads(engine.runner, reps=args.reps)
+        if not args.no_cache:
+            save_threads(engine.loaded.fingerprint, engine.runner, sweep)
+            apply_threads(engine.loaded.fingerprint, engine.runner, args.threads)  # the rest runs at the chosen count
     data = full_profile(engine.runner, sizes, prefixes, args.reps)
     data["model"] = engine.loaded.name
+    data["kernels"] = list(getattr(engine.model, "lopa_kernels", ())) or ["stock"]
+    if sweep is not None:
+        data["thread_sweep"] = sweep
+    if split_sizes:
+        data["breakdown"] = breakdown_table(engine.runner, split_sizes, split_prefixes,
+                                            data["copy_bandwidth_bytes_per_s"], args.reps)
     if args.decode_tokens > 0:
         data["step_split"] = step_split(engine, args.decode_prompt, args.decode_tokens)
     out = Path(args.out)
@@ -90,6 +110,18 @@ def _print_table(data: dict) -> None:
         print(f"{t:>6}  {s * 1e3:6.1f}  {rel}  {s / floor:7.2f}")
     for p, s in data["latency_by_prefix_s"].items():
         print(f"prefix {p:>5}: 1-token forward {s * 1e3:.1f} ms")
+    if "thread_sweep" in data:
+        sweep = data["thread_sweep"]
+        cells = ", ".join(f"{n}: " + "/".join(f"{s * 1e3:.1f}" for s in row.values()) for n, row in sweep["latency_s"].items())
+        print(f"threads (1-/8-token ms) {cells}; fastest {sweep['best']}")
+    for prefix, row in data.get("breakdown", {}).items():
+        print(f"where a forward's time goes after {prefix} tokens (ms; floor in brackets):")
+        for tokens, part in row.items():
+            floors = part["floors_s"]
+            cells = "  ".join(
+                f"{k} {v * 1e3:.1f}" + (f" [{floors[k] * 1e3:.1f}]" if k in floors else "") for k, v in part["parts_s"].items()
+            )
+            print(f"  {tokens:>3} tokens: {part['wall_s'] * 1e3:6.1f} = {cells}")
     if "step_split" in data:
         split = data["step_split"]
         parts = ", ".join(f"{k[:-2]} {v * 1e3:.1f} ms ({split['share'][k]:.0%})" for k, v in split["per_step_s"].items())
