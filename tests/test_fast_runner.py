@@ -199,7 +199,7 @@ def test_chunked_engine_generates_the_same_tokens(engine: Engine) -> None:
 def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     out = tmp_path / "prof"
     code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-predictor",
-                 "--decode-tokens", "24"])
+                 "--decode-tokens", "24", "--breakdown-sizes", "1,4", "--breakdown-prefixes", "16,64"])
     assert code == 0
     data = json.loads((out / "profile.json").read_text())
     assert set(data["latency_s"]) == {"1", "2"} and all(v > 0 for v in data["latency_s"].values())
@@ -207,6 +207,14 @@ def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     assert data["weight_bytes"] > 100e6 and data["copy_bandwidth_bytes_per_s"] > 0
     assert data["memory_floor_s"] == pytest.approx(data["weight_bytes"] / data["copy_bandwidth_bytes_per_s"])
     assert (out / "profile.png").stat().st_size > 1000
+    assert data["kernels"] == ["packed-linear", TREE_ATTENTION]
+    assert data["thread_sweep"]["best"] in {int(n) for n in data["thread_sweep"]["latency_s"]}
+    assert set(data["breakdown"]) == {"16", "64"} and set(data["breakdown"]["64"]) == {"1", "4"}
+    part = data["breakdown"]["64"]["4"]
+    assert set(part["parts_s"]) == {"matmul", "vocab", "attention", "other_kernels", "dispatch"}
+    assert part["parts_s"]["matmul"] > 0 and part["parts_s"]["vocab"] > 0 and part["parts_s"]["attention"] > 0
+    assert sum(part["parts_s"].values()) >= part["wall_s"] * 0.99  # dispatch is what the kernels leave of the wall time
+    assert part["floors_s"]["matmul"] > part["floors_s"]["vocab"] > part["floors_s"]["attention"] > 0
     split = data["step_split"]
     assert split["steps"] >= 2 and sum(split["share"].values()) == pytest.approx(1.0)
     assert split["per_step_s"]["draft_s"] > 0 and split["per_step_s"]["verify_s"] > 0
@@ -215,3 +223,43 @@ def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
 def test_profile_rejects_bad_sizes(capsys) -> None:
     assert main(["profile", "--sizes", "0,x", "--no-cache"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_fast_runner_equals_stock_runner_on_trees(engine: Engine) -> None:
+    """The runner on lopa's kernels gives the stock modules' tree logits, after a long prefix and across a
+    compaction (the accepted path moved down, then a second tree over it)."""
+    prompt = torch.arange(1000, 1700)  # 700 committed tokens
+    outputs = []
+    for model in (engine.model, stock_twin(engine.model)):
+        runner = Runner(model)
+        runner.reset(prompt.numel() + 40)
+        first = runner.prefill(prompt)
+        tree = random_tree(root=464, size=14, vocab=5000, seed=5)
+        out = runner.forward(*tree.tensors())
+        runner.commit(tree.path_nodes(max(range(tree.size), key=lambda n: tree.depths[n])))
+        outputs.append((first, out, runner.forward(*random_tree(root=13, size=9, vocab=5000, seed=6).tensors())))
+    for fast, stock in zip(*outputs):
+        torch.testing.assert_close(fast.logits, stock.logits, atol=1e-4, rtol=0)
+        assert torch.equal(fast.logits.argmax(-1), stock.logits.argmax(-1))
+
+
+def test_models_the_fast_path_refuses_keep_stock_modules(tmp_path, caplog) -> None:
+    """fp16 on a CPU has no packed path and eager attention is not SDPA: each keeps its stock module with
+    a one-line notice, and lookahead on what remains still equals plain decoding."""
+    from transformers import AutoModelForCausalLM
+
+    from lopa.models.fastkernels import use_fast_kernels
+    from lopa.models.loading import LoadedModel
+
+    from .test_train_predictor import _tiny_llama
+
+    tiny = _tiny_llama(tmp_path / "tiny", 96)
+    assert tiny.model.lopa_kernels == ("packed-linear", TREE_ATTENTION)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny", dtype=torch.float16, attn_implementation="eager")
+    with caplog.at_level("INFO", logger="lopa"):
+        assert use_fast_kernels(model) == []
+    assert "stock linear layers" in caplog.text and "stock eager attention" in caplog.text
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    engine = Engine(LoadedModel(model, tiny.tokenizer, "tiny-fp16", tmp_path / "tiny", 0.0), predictor=False)
+    prompt = [5, 17, 33, 8]
+    assert engine.generate(prompt, max_new_tokens=24).token_ids == engine.generate(prompt, max_new_tokens=24, method="ar").token_ids

@@ -16,6 +16,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from .profile import some_ids
 from .runner import Runner
 
 MATMUL_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise",
@@ -30,14 +31,14 @@ def _kind(event, vocab: int) -> str:
     return "attention" if event.name in ATTENTION_OPS else "other_kernels"
 
 
-def _chain(tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.randint(0, 1000, (tokens,)), torch.arange(tokens), torch.ones(tokens, tokens, dtype=torch.bool).tril_()
+def _chain(runner: Runner, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return some_ids(runner, tokens), torch.arange(tokens), torch.ones(tokens, tokens, dtype=torch.bool).tril_()
 
 
 def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
     """Seconds per forward by kind of top-level operator, from torch.profiler (the runner is already prefilled)."""
     vocab = runner.config.vocab_size
-    chain = _chain(tokens)
+    chain = _chain(runner, tokens)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(reps):
             runner.forward(*chain)
@@ -49,7 +50,7 @@ def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
 
 
 def wall_seconds(runner: Runner, tokens: int, reps: int) -> float:
-    chain = _chain(tokens)
+    chain = _chain(runner, tokens)
     runner.forward(*chain)  # warm
     times = []
     for _ in range(reps):
@@ -74,7 +75,7 @@ def floors(runner: Runner, tokens: int, prefix: int, bandwidth: float) -> dict[s
 def forward_breakdown(runner: Runner, tokens: int, prefix: int, bandwidth: float, reps: int = 5) -> dict:
     """{"wall_s", "parts_s" (PARTS), "floors_s"} for one forward of `tokens` chain tokens after `prefix` ones."""
     runner.reset(prefix + tokens + 1)
-    runner.prefill(torch.randint(0, 1000, (prefix,)))
+    runner.prefill(some_ids(runner, prefix))
     wall = wall_seconds(runner, tokens, reps)
     parts = kernel_seconds(runner, tokens, reps)
     parts["dispatch"] = max(0.0, wall - sum(parts.values()))
