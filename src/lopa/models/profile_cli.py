@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from ..errors import InvalidRequestError
@@ -60,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if args.reps < 1:
         raise InvalidRequestError("--reps must be >= 1")
     engine = lopa_cli.load_engine(args)
+    start = time.perf_counter()
     engine.warm_up()  # with --compile: build the graphs before timing
+    warm_up_s = time.perf_counter() - start
     sweep = None
     if not args.no_thread_sweep and engine.runner.device.type == "cpu":
         sweep = sweep_threads(engine.runner, reps=args.reps)
@@ -69,10 +72,13 @@ def run(args: argparse.Namespace) -> int:
             apply_threads(engine.loaded.fingerprint, engine.runner, args.threads)  # the rest runs at the chosen count
     data = full_profile(engine.runner, sizes, prefixes, args.reps)
     data["model"] = engine.loaded.name
+    data["load_s"], data["warm_up_s"] = engine.loaded.load_s, warm_up_s  # warm_up: compiling, with --compile
     data["kernels"] = list(getattr(engine.model, "lopa_kernels", ())) or ["stock"]
     if sweep is not None:
         data["thread_sweep"] = sweep
-    if split_sizes:
+    if split_sizes and engine.runner.compiled is not None:
+        print("no breakdown with --compile: a compiled graph runs as one profiler region")
+    elif split_sizes:
         data["breakdown"] = breakdown_table(engine.runner, split_sizes, split_prefixes,
                                             data["copy_bandwidth_bytes_per_s"], args.reps)
     if args.decode_tokens > 0:
@@ -103,6 +109,7 @@ def _print_table(data: dict) -> None:
     floor = data["memory_floor_s"]
     print(f"weights {data['weight_bytes'] / 1e6:.0f} MB, copy bandwidth {data['copy_bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
           f"memory floor {floor * 1e3:.1f} ms ({data['precision']}, {data['threads']} threads)")
+    print(f"load {data['load_s']:.1f} s, warm-up (compiling) {data['warm_up_s']:.1f} s")
     print("tokens  ms      x 1-token  x floor")
     one = data["latency_s"].get(1)
     for t, s in data["latency_s"].items():
