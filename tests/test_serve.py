@@ -113,15 +113,69 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
         ({"prompt": "   "}, 400, None),
         ({"prompt": ["a", "b"]}, 400, None),
         ({"prompt": "hi", "n": 2}, 422, "n"),
+        ({"prompt": "hi", "seed": 2**70}, 422, "seed"),
+        ({"prompt": "hi", "temperature": "hot"}, 422, "temperature"),
+        (b'{"prompt": "hi", "temperature": NaN}', 422, "temperature"),
+        ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, 422, None),
+        ({"prompt": "hi", "stop": "x" * 300}, 422, None),
+        ({"prompt": "hi", "logprobs": 2}, 400, "logprobs"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
+        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format"),
+        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5}, 400, "presence_penalty"),
+        ({"messages": [{"role": "user", "content": "hi"}] * 600}, 422, "messages"),
+        ({"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o"}, 404, "model"),
+        ({"prompt": "x" * 900_000, "max_tokens": 4}, 400, None),  # refused by its length, before tokenizing
     ],
 )
 def test_bad_input_gets_openai_error(server, body, status, param):
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-    path = "/v1/completions" if isinstance(body, dict) and "prompt" in body else "/v1/chat/completions"
+    path = "/v1/completions" if b"prompt" in (body if isinstance(body, bytes) else json.dumps(body).encode()) else "/v1/chat/completions"
     resp = httpx.post(server.url + path, timeout=60.0, headers={"content-type": "application/json"}, **kwargs)
     assert resp.status_code == status
     error = resp.json()["error"]
     assert error["message"] and error["type"] == "invalid_request_error" and error["param"] == param
+
+
+def test_fields_people_use_are_honoured(server, engine):
+    """Accepted without effect: OpenAI's "off" values, unknown fields, stream_options; honoured: top_k,
+    repetition_penalty (vLLM's extras) and the developer role (a system message to the template)."""
+    body = {"prompt": PROMPTS[1], "max_tokens": 12, "logprobs": None, "presence_penalty": 0, "user": "u1",
+            "stream_options": {"include_usage": True}, "model": "lopa"}
+    resp = httpx.post(server.url + "/v1/completions", json=body, timeout=120.0)
+    assert resp.status_code == 200 and resp.headers["x-request-id"] == resp.json()["id"]
+    penalised = engine.generate(PROMPTS[1], max_new_tokens=12, repetition_penalty=1.3, top_k=5, chat=False).text
+    body = {"prompt": PROMPTS[1], "max_tokens": 12, "repetition_penalty": 1.3, "top_k": 5}
+    assert httpx.post(server.url + "/v1/completions", json=body, timeout=120.0).json()["choices"][0]["text"] == penalised
+    developer = chat(server.url, PROMPTS[2], 12, messages=[{"role": "developer", "content": "Answer briefly."},
+                                                           {"role": "user", "content": PROMPTS[2]}])
+    system = chat(server.url, PROMPTS[2], 12, messages=[{"role": "system", "content": "Answer briefly."},
+                                                        {"role": "user", "content": PROMPTS[2]}])
+    assert developer.status_code == 200 and developer.json()["choices"][0] == system.json()["choices"][0]
+
+
+def test_bodies_are_bounded_before_they_are_read(server):
+    big = httpx.post(server.url + "/v1/completions", content=b"x" * (9 << 20), headers={"content-type": "application/json"})
+    assert big.status_code == 413 and big.json()["error"]["message"]
+    chunked = httpx.post(server.url + "/v1/completions", content=iter([b'{"prompt": "hi"}']))
+    assert chunked.status_code == 411
+    for path in ("/docs", "/redoc", "/openapi.json"):  # off unless --docs
+        assert httpx.get(server.url + path).status_code == 404
+    assert chat(server.url, PROMPTS[2], 4).status_code == 200  # and the server still answers
+
+
+def test_multi_token_stop_strings_cut_exactly(server, engine):
+    """Stop strings of several tokens, crossing lookahead steps: the text, streamed or not, is plain decoding's
+    text cut before the first stop string."""
+    plain = engine.generate(PROMPTS[3], max_new_tokens=60, method="ar").text
+    words = plain.split()
+    for stop in (" ".join(words[4:6]), " ".join(words[10:13]), words[8][:3]):
+        want = plain[: plain.find(stop)]
+        resp = chat(server.url, PROMPTS[3], 60, stop=[stop])
+        assert resp.json()["choices"][0]["message"]["content"] == want and resp.json()["choices"][0]["finish_reason"] == "stop"
+        body = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 60, "stop": stop, "stream": True}
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as streamed:
+            chunks = [json.loads(e) for e in sse(streamed)[:-1]]
+        assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == want
 
 
 def test_models_health_metrics_and_unknown_path(server):
@@ -151,6 +205,18 @@ def test_disconnect_frees_the_slot(server):
         time.sleep(0.2)
     assert cancelled() == before + 1
     assert chat(server.url, PROMPTS[2], 8).status_code == 200
+
+
+def test_empty_api_key_is_refused_at_start(tmp_path, capsys, monkeypatch):
+    from lopa.cli import main
+
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    assert main(["serve", "--api-key", ""]) == 2
+    assert main(["serve", "--api-key-file", str(empty)]) == 2
+    monkeypatch.setenv("LOPA_API_KEY", " ")
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err.count("is empty") == 3
 
 
 def test_auth(server, strict):

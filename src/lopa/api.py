@@ -258,6 +258,9 @@ class Engine:
                 yield StreamChunk(piece, record)
             if text.stopped:
                 break
+        tail = text.close()  # text held back in case a stop string began there
+        if tail:
+            yield StreamChunk(tail, record)
         stats.wall_s = time.perf_counter() - start
         stats.forwards = runner.forwards
         stats.new_tokens = len(text.ids)

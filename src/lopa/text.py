@@ -1,7 +1,10 @@
 """Token ids to final text, shared by the engine's stream and the server.
 
 Text is final once no stop string can still cut it and no multi-byte character is
-incomplete; pieces of text are handed out only when final.
+incomplete; pieces of text are handed out only when final. Detokenizing is incremental
+(as vLLM's detokenizer and transformers' streamers do): each step decodes its new tokens
+after a few tokens of context, not the whole output, and the pieces concatenate to the
+text of decoding every id at once.
 """
 
 from __future__ import annotations
@@ -12,31 +15,63 @@ _CONTEXT = 6  # tokens decoded before a piece so that leading spaces and merges 
 
 
 class TextStream:
-    """Accumulate a step's tokens at a time; `push` returns the text that became final."""
+    """Accumulate a step's tokens at a time; `push` returns the text that became final, `close` the rest.
+
+    A stop string may arrive split over steps ("Hello E", "N", "D" for "END"), so text that
+    could still be the start of one is held back until the next tokens decide it."""
 
     def __init__(self, tokenizer, stop: Sequence[str], eos_ids: set[int]):
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
         self.eos_ids = eos_ids
         self.ids: list[int] = []
+        self.text = ""  # the decoded text of ids[:_read]
         self.emitted = ""
+        self._read = 0  # ids decoded into self.text
         self.finish = "length"  # "stop" once EOS or a stop string is reached
         self.stopped = False  # a stop string was hit: nothing after it may be emitted
 
     def push(self, tokens: Sequence[int]) -> str:
         self.ids.extend(tokens)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        hits = [text.find(s) for s in self.stop if s in text]
-        if hits:
-            text, self.finish, self.stopped = text[: min(hits)], "stop", True
-        elif self.ids[-1] in self.eos_ids:
+        if self.ids and self.ids[-1] in self.eos_ids:
             self.finish = "stop"
-        # hold back an incomplete multi-byte character until the next step completes it
-        final = text if self.finish == "stop" else text.rstrip("\ufffd")
-        if len(final) <= len(self.emitted):
+        return self._release(final=self.finish == "stop")
+
+    def close(self) -> str:
+        """Decoding ended (length, EOS or the caller's stop): hand out the held-back text too."""
+        return "" if self.stopped else self._release(final=True)
+
+    def _decode_new(self, final: bool) -> None:
+        """Extend self.text by the new ids' text; an incomplete character waits unless `final`."""
+        context = max(0, self._read - _CONTEXT)
+        head = self.tokenizer.decode(self.ids[context : self._read], skip_special_tokens=True)
+        full = self.tokenizer.decode(self.ids[context:], skip_special_tokens=True)
+        if final or not full.endswith("\ufffd"):
+            self.text += full[len(head) :]
+            self._read = len(self.ids)
+
+    def _release(self, final: bool) -> str:
+        if self.stopped:
             return ""
-        piece, self.emitted = final[len(self.emitted) :], final
+        self._decode_new(final)
+        hits = [i for i in (self.text.find(s, len(self.emitted)) for s in self.stop) if i >= 0]
+        if hits:
+            end, self.finish, self.stopped = min(hits), "stop", True
+        else:
+            end = len(self.text) if final else len(self.text) - self._stop_prefix_length()
+        if end <= len(self.emitted):
+            return ""
+        piece, self.emitted = self.text[len(self.emitted) : end], self.text[:end]
         return piece
+
+    def _stop_prefix_length(self) -> int:
+        """The length of the longest end of the text that a stop string starts with (it may yet complete)."""
+        longest = min(len(self.text) - len(self.emitted), max((len(s) - 1 for s in self.stop), default=0))
+        for k in range(longest, 0, -1):
+            tail = self.text[-k:]
+            if any(s.startswith(tail) for s in self.stop):
+                return k
+        return 0
 
 
 def token_pieces(tokenizer, ids: Sequence[int], count: int) -> list[str]:

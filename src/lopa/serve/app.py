@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+from jinja2 import TemplateError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
@@ -22,11 +24,14 @@ from starlette.exceptions import HTTPException
 from ..config import GenerationConfig
 from ..errors import InvalidRequestError
 from ..models.batch import BatchRunner
-from .protocol import ChatRequest, CompletionRequest, Reply, error_body
+from .limits import BodyLimit, max_token_chars
+from .protocol import ChatRequest, CompletionRequest, Reply, UnsupportedField, error_body
 from .scheduler import Closed, Event, Job, QueueFull, Scheduler
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_MAX_TOKENS = 256
+POLL_S = 0.25  # how often a waiting handler checks that its client is still there
+DEADLINE_GRACE_S = 5.0  # past its timeout the scheduler ends a request; past this too, its handler does
 
 
 @dataclass
@@ -39,6 +44,8 @@ class ServeOptions:
     parallel: bool = True  # False: batched plain decoding (method "ar"), for comparison
     batch_nodes: int = 64  # draft-tree nodes one batched forward may hold, shared by its rows
     drain_s: float = 30.0  # how long SIGTERM waits for running requests
+    max_body_bytes: int = 8 << 20  # larger request bodies get 413 before they are read
+    docs: bool = False  # serve /docs and /openapi.json (off: they are open without a key and load a CDN script)
 
 
 class DrainingServer(uvicorn.Server):
@@ -48,6 +55,21 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         super().handle_exit(sig, frame)
         self._captured_signals.clear()
+
+
+class JobStream(StreamingResponse):
+    """A server-sent event stream that releases its job however the response ends: finished, failed, or
+    the client gone (even before the first byte, when the event generator never started)."""
+
+    def __init__(self, job: Job, events, headers: dict[str, str]):
+        super().__init__(events, media_type="text/event-stream", headers=headers)
+        self.job = job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.job.cancelled = True  # no-op when finished; frees the batch slot at the next step
 
 
 def _error(status: int, message: str, type: str = "invalid_request_error", param=None, code=None, headers=None):
@@ -68,14 +90,20 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
         yield
         await asyncio.to_thread(scheduler.close, options.drain_s)
 
-    app = FastAPI(title="lopa", lifespan=lifespan)
+    docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="lopa", lifespan=lifespan, **docs)
+    app.add_middleware(BodyLimit, limit=options.max_body_bytes)
     app.state.scheduler = scheduler
+    max_chars = capacity * max_token_chars(engine.tokenizer)  # no prompt of more characters fits the context
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0]
         if first.get("type") == "json_invalid":
             return _error(400, f"the body is not valid JSON: {first.get('msg')}")
+        cause = first.get("ctx", {}).get("error")
+        if isinstance(cause, UnsupportedField):
+            return _error(400, str(cause), param=cause.field, code="unsupported_parameter")
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         return _error(422, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", param=".".join(loc) or None)
 
@@ -105,6 +133,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             temperature=body.temperature,
             top_p=body.top_p,
             seed=body.seed,
+            top_k=body.top_k,
+            repetition_penalty=body.repetition_penalty,
             stop=body.stops(),
             ignore_eos=body.ignore_eos,
             method="lopa" if options.parallel else "ar",
@@ -113,10 +143,20 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
         return cfg
 
     async def _serve(request: Request, body, chat: bool):
+        if body.model not in (None, model_name, "lopa"):
+            return _error(404, f"the model {body.model!r} does not exist; this server has {model_name!r}",
+                          param="model", code="model_not_found")
         try:
-            prompt = [m.model_dump() for m in body.messages] if chat else body.text()
-            ids = engine.encode_prompt(prompt, None if chat else False)
+            prompt = [m.for_template() for m in body.messages] if chat else body.text()
+            chars = sum(len(m["content"]) for m in prompt) if chat else len(prompt)
+            if chars > max_chars:
+                raise InvalidRequestError(f"the prompt has {chars} characters: more than this server's context "
+                                          f"({capacity} tokens) can hold")
+            # tokenizing and templating take a while on long prompts: off the event loop
+            ids = await asyncio.to_thread(engine.encode_prompt, prompt, None if chat else False)
             cfg = _job_config(body, len(ids))
+        except TemplateError as exc:
+            return _error(400, f"the chat template refused these messages: {exc}", param="messages")
         except (InvalidRequestError, ValueError) as exc:
             return _error(400, str(exc))
         loop = asyncio.get_running_loop()
@@ -130,19 +170,31 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             return _error(503, str(exc), "server_error", headers={"Retry-After": "5"})
         reply = Reply(chat, body.model or model_name)
         if body.stream:
-            return StreamingResponse(_sse(job, events, reply), media_type="text/event-stream")
+            return JobStream(job, _sse(request, job, events, reply), reply.headers)
         return await _collect(request, job, events, reply)
+
+    async def _next_event(request: Request, job: Job, events: asyncio.Queue) -> Event | None:
+        """The job's next event; None when its client left. The deadline is enforced here too, outside the
+        scheduler thread, so a request gets its answer even if that thread is stuck."""
+        deadline = job.arrived + job.timeout + DEADLINE_GRACE_S
+        while True:
+            if await request.is_disconnected():
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Event("error", error=f"the request timed out after {job.timeout:g} s", finish_reason="timeout")
+            try:
+                return await asyncio.wait_for(events.get(), timeout=min(POLL_S, left))
+            except asyncio.TimeoutError:
+                continue
 
     async def _collect(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
         text = []
         try:
             while True:
-                try:
-                    ev = await asyncio.wait_for(events.get(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        return _error(499, "client closed the request")
-                    continue
+                ev = await _next_event(request, job, events)
+                if ev is None:
+                    return _error(499, "client closed the request")
                 if ev.kind == "step":
                     text.append(ev.text)
                 elif ev.kind == "error":
@@ -152,28 +204,28 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
                     usage = dict(ev.usage)
                     forwards = usage.pop("forwards")
                     lopa = {"forwards": forwards, "tokens_per_forward": usage["completion_tokens"] / forwards}
-                    return JSONResponse(reply.full("".join(text), ev.finish_reason, usage, lopa))
+                    return JSONResponse(reply.full("".join(text), ev.finish_reason, usage, lopa), headers=reply.headers)
         finally:
             job.cancelled = True  # no-op when finished; frees the slot when the client left
 
-    async def _sse(job: Job, events: asyncio.Queue, reply: Reply):
-        try:
-            while True:
-                ev = await events.get()
-                if ev.kind == "step":
-                    body = reply.chunk(ev.text, lopa={"sources": ev.sources, "tokens": ev.tokens})
-                elif ev.kind == "error":
-                    body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
-                else:
-                    usage = dict(ev.usage)
-                    forwards = usage.pop("forwards")
-                    body = reply.chunk("", ev.finish_reason, usage=usage, lopa={"forwards": forwards})
-                yield f"data: {json.dumps(body)}\n\n"
-                if ev.kind != "step":
-                    break
-            yield "data: [DONE]\n\n"
-        finally:
-            job.cancelled = True
+    async def _sse(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
+        """The job's events as SSE chunks; JobStream releases the job however this ends."""
+        while True:
+            ev = await _next_event(request, job, events)
+            if ev is None:
+                return
+            if ev.kind == "step":
+                body = reply.chunk(ev.text, lopa={"sources": ev.sources, "tokens": ev.tokens})
+            elif ev.kind == "error":
+                body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
+            else:
+                usage = dict(ev.usage)
+                forwards = usage.pop("forwards")
+                body = reply.chunk("", ev.finish_reason, usage=usage, lopa={"forwards": forwards})
+            yield f"data: {json.dumps(body)}\n\n"
+            if ev.kind != "step":
+                break
+        yield "data: [DONE]\n\n"
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatRequest):
@@ -189,7 +241,11 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        return {"status": "draining" if scheduler.closing else "ok", "model": model_name}
+        if scheduler.failure:
+            return JSONResponse({"status": "failed", "error": scheduler.failure, "model": model_name}, status_code=503)
+        if scheduler.closing:
+            return JSONResponse({"status": "draining", "model": model_name}, status_code=503)
+        return {"status": "ok", "model": model_name}
 
     @app.get("/metrics")
     async def metrics():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 
 def register(subparsers) -> None:
@@ -14,7 +15,11 @@ def register(subparsers) -> None:
     add_model_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=os.environ.get("LOPA_API_KEY"), help="require 'Authorization: Bearer KEY' (default: $LOPA_API_KEY)")
+    serve.add_argument("--api-key", default=None,
+                       help="require 'Authorization: Bearer KEY' on /v1/* (visible in the process list: prefer the next two)")
+    serve.add_argument("--api-key-file", default=None, metavar="PATH", help="read the key from this file")
+    serve.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (open without a key)")
+    serve.add_argument("--max-body-mb", type=float, default=8.0, help="larger request bodies get 413")
     serve.add_argument("--max-batch", type=int, default=8, help="requests decoded together")
     serve.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request, queueing included")
@@ -29,6 +34,26 @@ def register(subparsers) -> None:
     add_bench_parser(subparsers)
 
 
+def api_key_from(args: argparse.Namespace) -> str | None:
+    """--api-key, else --api-key-file's first line, else $LOPA_API_KEY, else None (no auth); an empty key is refused."""
+    from ..errors import InvalidRequestError
+
+    if args.api_key is not None:
+        key, source = args.api_key, "--api-key"
+    elif args.api_key_file is not None:
+        try:
+            key, source = Path(args.api_key_file).read_text().strip(), "--api-key-file"
+        except OSError as exc:
+            raise InvalidRequestError(f"cannot read --api-key-file: {exc}") from None
+    elif "LOPA_API_KEY" in os.environ:
+        key, source = os.environ["LOPA_API_KEY"], "LOPA_API_KEY"
+    else:
+        return None
+    if not key.strip():
+        raise InvalidRequestError(f"the API key from {source} is empty: give a key, or none to serve without auth")
+    return key
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -36,13 +61,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from ..errors import InvalidRequestError
     from .app import DrainingServer, ServeOptions, create_app
 
-    if args.max_batch < 1 or args.max_queue < 0 or args.timeout <= 0 or args.batch_nodes < 1:
-        raise InvalidRequestError("--max-batch and --batch-nodes must be >= 1, --max-queue >= 0, --timeout > 0")
+    if args.max_batch < 1 or args.max_queue < 1 or args.timeout <= 0 or args.batch_nodes < 1 or args.max_body_mb <= 0:
+        raise InvalidRequestError("--max-batch, --batch-nodes and --max-queue must be >= 1, --timeout and --max-body-mb > 0")
+    api_key = api_key_from(args)
     if args.compile:
         raise InvalidRequestError("--compile applies to single-sequence decoding; the server's batch runner runs eager")
     engine = load_engine(args)
     options = ServeOptions(
-        api_key=args.api_key,
+        api_key=api_key,
         max_batch=args.max_batch,
         max_queue=args.max_queue,
         timeout=args.timeout,
@@ -50,11 +76,20 @@ def run_serve(args: argparse.Namespace) -> int:
         parallel=not args.no_parallel,
         batch_nodes=args.batch_nodes,
         drain_s=args.drain,
+        max_body_bytes=int(args.max_body_mb * 2**20),
+        docs=args.docs,
     )
     app = create_app(engine, options)
     mode = "lookahead" if options.parallel else "plain"
     print(f"lopa: serving {engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain)
     server = DrainingServer(config)
+    scheduler = app.state.scheduler
+
+    def engine_failed(reason: str) -> None:  # the scheduler gave up: drain and exit non-zero for a supervisor
+        print(f"lopa: the engine failed, shutting down: {reason}", file=sys.stderr, flush=True)
+        server.should_exit = True
+
+    scheduler.on_failure = engine_failed
     server.run()
-    return 0 if server.started else 1
+    return 0 if server.started and scheduler.failure is None else 1

@@ -6,21 +6,58 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+MAX_MESSAGES = 512
+MAX_CONTENT_CHARS = 1_000_000  # per message or prompt; the context check bounds it further, before tokenizing
+MAX_STOPS = 4  # as OpenAI
+MAX_STOP_CHARS = 256
+INT64 = 2**63
+# OpenAI fields lopa does not implement, with the value that means "not used" (anything else is refused by name)
+UNSUPPORTED = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none"),
+    "functions": (None, []), "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
+    "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""), "min_tokens": (None, 0),
+    "parallel_tool_calls": (None, False, True), "prediction": (None,),
+}
+
+
+class UnsupportedField(ValueError):
+    """A request field lopa knows of but does not implement: answered with a 400 naming it."""
+
+    def __init__(self, field: str):
+        super().__init__(f"{field} is not supported by lopa")
+        self.field = field
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields lopa has no use for (user, logprobs=None, ...)
+    # unknown fields pass (clients send `user`, `metadata`, ...); known ones lopa cannot honour are refused
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(0.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    top_k: int = Field(0, ge=0)  # vLLM's extra parameter; 0 = off
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, allow_inf_nan=False)  # vLLM's extra parameter
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stream: bool = False
+    stream_options: dict | None = None  # {"include_usage": true}: the final chunk carries usage (it always does)
     n: Literal[1] = 1
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self):
+        for name, value in (self.model_extra or {}).items():
+            if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
+                raise UnsupportedField(name)
+        stops = self.stops()
+        if len(stops) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"stop: at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters")
+        return self
 
     def stops(self) -> list[str]:
         if self.stop is None:
@@ -30,11 +67,15 @@ class _Request(BaseModel):
 
 class Message(BaseModel):
     role: Literal["system", "user", "assistant", "developer"]
-    content: str
+    content: str = Field(max_length=MAX_CONTENT_CHARS)
+
+    def for_template(self) -> dict:
+        """OpenAI's `developer` role is the `system` role of chat templates."""
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.content}
 
 
 class ChatRequest(_Request):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(None, ge=1)
 
     def limit(self) -> int | None:
@@ -42,7 +83,7 @@ class ChatRequest(_Request):
 
 
 class CompletionRequest(_Request):
-    prompt: str | list[str]
+    prompt: str | list[str] = Field(max_length=MAX_CONTENT_CHARS)
 
     def limit(self) -> int | None:
         return self.max_tokens
@@ -67,6 +108,7 @@ class Reply:
         self.model = model
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
+        self.headers = {"X-Request-Id": self.id}  # the id of the body, for logs on both sides
 
     def _body(self, kind: str, choice: dict, **extra) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice], **extra}

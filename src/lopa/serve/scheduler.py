@@ -28,6 +28,7 @@ from .metrics import ServerMetrics
 
 STARVATION_S = 2.0  # a request waiting this long is admitted next, whatever its length
 LOOKAHEAD = 16  # how many waiting requests the length grouping chooses among
+MAX_FAILED_STEPS = 3  # batch forwards failing in a row that mark the engine as broken
 
 
 class QueueFull(Exception):
@@ -82,12 +83,18 @@ class Scheduler:
         self.closing = False
         self.metrics = ServerMetrics(lambda: len(self.pending), lambda: len(self.active))
         self.thread = threading.Thread(target=self._loop, name="lopa-scheduler", daemon=True)
+        self.failure: str | None = None  # why the engine cannot continue (then /health answers 503)
+        self.on_failure: Callable[[str], None] | None = None  # the server drains and exits non-zero
+        self.failed_steps = 0  # batch forwards failed in a row
+        self.last_error = ""
 
     def start(self) -> None:
         self.thread.start()
 
     def submit(self, job: Job) -> None:
         with self.cond:
+            if self.failure:
+                raise Closed(f"the engine failed: {self.failure}")
             if self.closing:
                 raise Closed("the server is shutting down")
             if len(self.pending) >= self.max_queue:
@@ -106,17 +113,44 @@ class Scheduler:
     # --- the scheduler thread -------------------------------------------------------------
 
     def _loop(self) -> None:
+        """Serve until closed. An exception fails only the requests it touched and the loop goes on;
+        MAX_FAILED_STEPS failing batch forwards in a row (a sticky device error, out of memory) mean
+        the engine cannot continue: every request is failed, new ones are refused, on_failure runs."""
         torch.set_grad_enabled(False)
-        while True:
-            with self.cond:
-                while not self.pending and not self.active and not self.closing:
-                    self.cond.wait()
-                if self.closing and not self.pending and not self.active:
+        try:
+            while True:
+                with self.cond:
+                    while not self.pending and not self.active and not self.closing:
+                        self.cond.wait()
+                    if self.closing and not self.pending and not self.active:
+                        return
+                try:
+                    self._reap()
+                    self._admit()
+                    if self.active:
+                        self._step()
+                except Exception as exc:  # bookkeeping failed: the running batch's state is unknown
+                    self._fail_active(f"internal error while decoding: {exc!r}")
+                if self.failed_steps >= MAX_FAILED_STEPS:
+                    self._give_up(f"{self.failed_steps} batch forwards in a row failed, the last with: {self.last_error}")
                     return
-            self._reap()
-            self._admit()
-            if self.active:
-                self._step()
+        except BaseException as exc:  # never die silently: a dead loop would leave every handler waiting
+            self._give_up(f"the scheduler stopped: {exc!r}")
+
+    def _fail_active(self, error: str) -> None:
+        jobs, self.active = self.active, []
+        for job in jobs:
+            self._end(job, "error", error)
+
+    def _give_up(self, reason: str) -> None:
+        with self.cond:
+            self.failure, self.closing = reason, True
+            waiting, self.pending = list(self.pending), deque()
+        for job in [*self.active, *waiting]:
+            self._end(job, "error", f"the engine failed: {reason}")
+        self.active = []
+        if self.on_failure is not None:
+            self.on_failure(reason)
 
     def _reap(self) -> None:
         """Free the slots of cancelled and timed-out requests, and drop such waiting ones."""
@@ -172,10 +206,10 @@ class Scheduler:
             trees = [job.seq.tree(share) for job in jobs]
             outs = self.runner.verify([tree.tensors() for tree in trees])
         except Exception as exc:
-            for slot in reversed(range(len(jobs))):
-                self._release(slot)
-                self._end(jobs[slot], "error", str(exc))
+            self.failed_steps, self.last_error = self.failed_steps + 1, repr(exc)
+            self._fail_active(str(exc))
             return
+        self.failed_steps = 0
         with self.metrics.lock:
             self.metrics.batches.inc()
             self.metrics.batch_size.observe(len(jobs))
@@ -230,6 +264,9 @@ class Scheduler:
         elif outcome == "error":
             job.sink(Event("error", error=error))
         else:
+            tail = job.text.close()  # text held back in case a stop string began there
+            if tail:
+                job.sink(Event("step", tail))
             completion = len(job.text.ids)
             forwards = job.seq.step + 1  # the prefill emitted the first token
             usage = {
