@@ -18,13 +18,14 @@ import uvicorn
 from jinja2 import TemplateError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from ..config import GenerationConfig
 from ..errors import InvalidRequestError
 from ..models.batch import BatchRunner
 from .limits import BodyLimit, max_token_chars
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import ChatRequest, CompletionRequest, Reply, UnsupportedField, error_body
 from .scheduler import Closed, Event, Job, QueueFull, Scheduler
 
@@ -249,7 +250,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(scheduler.metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(scheduler.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
     @app.get("/")
     async def page():

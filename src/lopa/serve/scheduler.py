@@ -188,8 +188,7 @@ class Scheduler:
                 job.text = TextStream(self.engine.tokenizer, job.cfg.stop, job.seq.eos_ids)
                 slot = len(self.active)
                 out = self.runner.prefill_slot(slot, torch.tensor(job.prompt))
-                with self.metrics.lock:
-                    self.metrics.prompt_tokens.inc(len(job.prompt))
+                self.metrics.prompt_tokens.inc(len(job.prompt))
                 self._deliver(job, job.seq.first(out.logits, out.layers))
             except Exception as exc:  # one bad request must not take the others down
                 self._end(job, "error", str(exc))
@@ -210,9 +209,8 @@ class Scheduler:
             self._fail_active(str(exc))
             return
         self.failed_steps = 0
-        with self.metrics.lock:
-            self.metrics.batches.inc()
-            self.metrics.batch_size.observe(len(jobs))
+        self.metrics.batches.inc()
+        self.metrics.batch_size.observe(len(jobs))
         done = []
         for slot, (job, tree, out) in enumerate(zip(jobs, trees, outs)):
             try:
@@ -243,20 +241,17 @@ class Scheduler:
     def _deliver(self, job: Job, record) -> None:
         piece = job.text.push(record.tokens)
         now = time.monotonic()
-        with self.metrics.lock:
-            self.metrics.tokens.inc(len(record.tokens))
-            self.metrics.row_forwards.inc()
-            if job.first_at is None:
-                job.first_at = now
-                self.metrics.ttft.observe(now - job.arrived)
+        self.metrics.step(len(record.tokens))
+        if job.first_at is None:
+            job.first_at = now
+            self.metrics.ttft.observe(now - job.arrived)
         pieces = token_pieces(self.engine.tokenizer, job.text.ids, len(record.tokens)) if job.pieces else []
         job.sink(Event("step", piece, pieces, list(record.sources)))
 
     def _end(self, job: Job, outcome: str, error: str | None = None) -> None:
-        with self.metrics.lock:
-            self.metrics.requests.inc(outcome=outcome)
-            if outcome == "ok":
-                self.metrics.latency.observe(time.monotonic() - job.arrived)
+        self.metrics.requests.labels(outcome=outcome).inc()
+        if outcome == "ok":
+            self.metrics.latency.observe(time.monotonic() - job.arrived)
         if outcome == "cancelled":
             return
         if outcome == "timeout":
