@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+import torch
 
 from lopa import DraftConfig, Engine
 
@@ -115,3 +116,25 @@ def test_gemma3_greedy_matches_stock_generate() -> None:
     failures, results, _ = sweep(engine, stock, prompts, 64)
     assert not failures, failures
     assert_every_drafter_drafted(results, ["lookup", "pool"])
+
+
+def test_presence_and_frequency_penalties_are_exact_in_lopa(engine: Engine, stock: StockReference) -> None:
+    """OpenAI's penalties on the generated tokens: lopa emits what ar emits, and both what a hand-written
+    loop over the stock model emits (logits - presence * seen - frequency * count, then argmax)."""
+    prompt = "Count from 1 to 20, separated by commas."
+    penalties = {"presence_penalty": 1.5, "frequency_penalty": 1.0}
+    lopa = engine.generate(prompt, max_new_tokens=24, **penalties)
+    assert lopa.token_ids == engine.generate(prompt, max_new_tokens=24, method="ar", **penalties).token_ids
+    assert lopa.stats.tokens_per_forward > 1.0  # drafts were accepted under the penalties
+    ids = stock.prompt_ids(prompt)
+    generated: list[int] = []
+    with torch.no_grad():
+        for _ in range(24):
+            logits = stock.model(torch.tensor([ids + generated])).logits[0, -1]
+            for token in set(generated):
+                logits[token] -= 1.5 + 1.0 * generated.count(token)
+            generated.append(int(logits.argmax()))
+            if generated[-1] in engine.eos_ids:
+                break
+    assert lopa.token_ids == generated
+    assert lopa.token_ids != engine.generate(prompt, max_new_tokens=24).token_ids  # the penalties changed the answer

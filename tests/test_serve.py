@@ -121,7 +121,8 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
         ({"prompt": "hi", "logprobs": 2}, 400, "logprobs"),
         ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
         ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format"),
-        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5}, 400, "presence_penalty"),
+        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 3}, 422, "presence_penalty"),
+        ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1}}, 400, "logit_bias"),
         ({"messages": [{"role": "user", "content": "hi"}] * 600}, 422, "messages"),
         ({"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o"}, 404, "model"),
         ({"prompt": "x" * 900_000, "max_tokens": 4}, 400, None),  # refused by its length, before tokenizing
@@ -143,8 +144,9 @@ def test_fields_people_use_are_honoured(server, engine):
             "stream_options": {"include_usage": True}, "model": "lopa"}
     resp = httpx.post(server.url + "/v1/completions", json=body, timeout=120.0)
     assert resp.status_code == 200 and resp.headers["x-request-id"] == resp.json()["id"]
-    penalised = engine.generate(PROMPTS[1], max_new_tokens=12, repetition_penalty=1.3, top_k=5, chat=False).text
-    body = {"prompt": PROMPTS[1], "max_tokens": 12, "repetition_penalty": 1.3, "top_k": 5}
+    penalties = {"repetition_penalty": 1.3, "top_k": 5, "presence_penalty": 0.4, "frequency_penalty": 0.3}
+    penalised = engine.generate(PROMPTS[1], max_new_tokens=12, chat=False, **penalties).text
+    body = {"prompt": PROMPTS[1], "max_tokens": 12, **penalties}
     assert httpx.post(server.url + "/v1/completions", json=body, timeout=120.0).json()["choices"][0]["text"] == penalised
     developer = chat(server.url, PROMPTS[2], 12, messages=[{"role": "developer", "content": "Answer briefly."},
                                                            {"role": "user", "content": PROMPTS[2]}])

@@ -71,6 +71,8 @@ def _generate(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         top_k=args.top_k,
         repetition_penalty=args.repetition_penalty,
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
         seed=args.seed,
         stop=args.stop or [],
         method=args.method,
@@ -155,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
+    gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")

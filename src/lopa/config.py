@@ -18,6 +18,8 @@ class GenerationConfig:
     top_p: float = 1.0
     top_k: int = 0  # 0 means no top-k cut
     repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0  # OpenAI's: subtracted once from each token already generated
+    frequency_penalty: float = 0.0  # OpenAI's: subtracted per time a token was generated
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     method: str = "lopa"
@@ -26,6 +28,11 @@ class GenerationConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalised(self) -> bool:
+        """Whether the logits depend on the tokens before them (each tree row then needs its own history)."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
 
     def stop_ids(self, eos_ids: set[int]) -> set[int]:
         """The token ids that end this generation."""
@@ -43,6 +50,9 @@ class GenerationConfig:
             raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k}")
         if self.repetition_penalty <= 0:
             raise InvalidRequestError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise InvalidRequestError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
         if self.method not in METHODS:
             raise InvalidRequestError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
 

@@ -1,7 +1,9 @@
 """Logit processing shared by plain and lookahead decoding, so both target the same distribution.
 
-Order follows transformers' generate: repetition penalty, then temperature, top-k, top-p.
-Each tree row is processed with its own context (committed tokens plus its ancestors).
+Order follows transformers' generate: repetition penalty, then OpenAI's presence and
+frequency penalties (on generated tokens only, as vLLM applies them), then temperature,
+top-k, top-p. Each tree row is processed with its own context (committed tokens plus its
+ancestors), so a drafted token is judged exactly as plain decoding would judge it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ def apply_repetition_penalty(
     return logits
 
 
+def apply_presence_frequency(
+    logits: torch.Tensor, generated: Sequence[Sequence[int]], presence: float, frequency: float
+) -> torch.Tensor:
+    """Subtract presence (once) and frequency (per occurrence) from the logits of each row's generated tokens."""
+    if presence == 0.0 and frequency == 0.0:
+        return logits
+    logits = logits.clone()
+    for row, tokens in enumerate(generated):
+        if tokens:
+            seen, counts = torch.tensor(tokens, dtype=torch.long, device=logits.device).unique(return_counts=True)
+            logits[row, seen] -= presence + frequency * counts.to(logits.dtype)
+    return logits
+
+
 def warp(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
     """Temperature, top-k and top-p on [rows, vocab] logits; returns probabilities."""
     logits = logits.float() / cfg.temperature
@@ -43,10 +59,13 @@ def warp(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
 
 
 def target_distribution(
-    logits: torch.Tensor, contexts: Sequence[Sequence[int]], cfg: GenerationConfig
+    logits: torch.Tensor, contexts: Sequence[Sequence[int]], cfg: GenerationConfig, prompt_length: int = 0
 ) -> torch.Tensor:
-    """What the target emits after each row: one-hot argmax when greedy, else sampling probabilities."""
+    """What the target emits after each row: one-hot argmax when greedy, else sampling probabilities.
+    contexts: each row's tokens so far, the first `prompt_length` of them the prompt."""
     logits = apply_repetition_penalty(logits, contexts, cfg.repetition_penalty)
+    generated = [context[prompt_length:] for context in contexts]
+    logits = apply_presence_frequency(logits, generated, cfg.presence_penalty, cfg.frequency_penalty)
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     return warp(logits, cfg)

@@ -136,6 +136,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             seed=body.seed,
             top_k=body.top_k,
             repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
             stop=body.stops(),
             ignore_eos=body.ignore_eos,
             method="lopa" if options.parallel else "ar",
