@@ -26,8 +26,8 @@ UNSUPPORTED = {
 class UnsupportedField(ValueError):
     """A request field lopa knows of but does not implement: answered with a 400 naming it."""
 
-    def __init__(self, field: str):
-        super().__init__(f"{field} is not supported by lopa")
+    def __init__(self, field: str, message: str | None = None):
+        super().__init__(message or f"{field} is not supported by lopa")
         self.field = field
 
 
@@ -47,11 +47,13 @@ class _Request(BaseModel):
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": true}: the final chunk carries usage (it always does)
-    n: Literal[1] = 1
+    n: int = Field(1, ge=1)  # more than one choice per request is refused (400) by name
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens
 
     @model_validator(mode="after")
     def _refuse_unsupported(self):
+        if self.n != 1:
+            raise UnsupportedField("n", "n: lopa returns one choice per request; send n requests")
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
                 raise UnsupportedField(name)
