@@ -138,3 +138,15 @@ def test_presence_and_frequency_penalties_are_exact_in_lopa(engine: Engine, stoc
                 break
     assert lopa.token_ids == generated
     assert lopa.token_ids != engine.generate(prompt, max_new_tokens=24).token_ids  # the penalties changed the answer
+
+
+def test_min_tokens_holds_back_the_end_exactly(engine: Engine, stock: StockReference) -> None:
+    """vLLM's min_tokens: no end-of-sequence before it; lopa, ar and transformers' min_new_tokens agree."""
+    natural = engine.generate("Say hi.", max_new_tokens=64, method="ar")
+    assert natural.finish_reason == "stop" and len(natural.token_ids) < 30
+    lopa = engine.generate("Say hi.", max_new_tokens=48, min_tokens=30)
+    assert lopa.token_ids == engine.generate("Say hi.", max_new_tokens=48, min_tokens=30, method="ar").token_ids
+    assert len(lopa.token_ids) >= 30
+    ids = torch.tensor([stock.prompt_ids("Say hi.")])
+    want = stock.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, min_new_tokens=30, do_sample=False)
+    assert lopa.token_ids == want[0, ids.shape[1]:].tolist()

@@ -148,6 +148,9 @@ def test_fields_people_use_are_honoured(server, engine):
     penalised = engine.generate(PROMPTS[1], max_new_tokens=12, chat=False, **penalties).text
     body = {"prompt": PROMPTS[1], "max_tokens": 12, **penalties}
     assert httpx.post(server.url + "/v1/completions", json=body, timeout=120.0).json()["choices"][0]["text"] == penalised
+    long = engine.generate(PROMPTS[2], max_new_tokens=40, min_tokens=30).text
+    assert chat(server.url, PROMPTS[2], 40, min_tokens=30).json()["choices"][0]["message"]["content"] == long
+    assert chat(server.url, PROMPTS[2], 20, min_tokens=30).status_code == 400  # more than max_tokens
     developer = chat(server.url, PROMPTS[2], 12, messages=[{"role": "developer", "content": "Answer briefly."},
                                                            {"role": "user", "content": PROMPTS[2]}])
     system = chat(server.url, PROMPTS[2], 12, messages=[{"role": "system", "content": "Answer briefly."},

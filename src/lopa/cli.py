@@ -73,6 +73,7 @@ def _generate(args: argparse.Namespace) -> int:
         repetition_penalty=args.repetition_penalty,
         presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty,
+        min_tokens=args.min_tokens,
         seed=args.seed,
         stop=args.stop or [],
         method=args.method,
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
+    gen.add_argument("--min-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")

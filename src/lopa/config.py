@@ -20,6 +20,7 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0  # OpenAI's: subtracted once from each token already generated
     frequency_penalty: float = 0.0  # OpenAI's: subtracted per time a token was generated
+    min_tokens: int = 0  # vLLM's: the end-of-sequence tokens cannot be emitted before this many tokens
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     method: str = "lopa"
@@ -30,9 +31,10 @@ class GenerationConfig:
         return self.temperature == 0.0
 
     @property
-    def penalised(self) -> bool:
-        """Whether the logits depend on the tokens before them (each tree row then needs its own history)."""
-        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+    def needs_history(self) -> bool:
+        """Whether the target distribution depends on the tokens before it (each tree row then needs its own)."""
+        penalised = self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        return penalised or self.min_tokens > 0
 
     def stop_ids(self, eos_ids: set[int]) -> set[int]:
         """The token ids that end this generation."""
@@ -50,6 +52,8 @@ class GenerationConfig:
             raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k}")
         if self.repetition_penalty <= 0:
             raise InvalidRequestError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_new_tokens:
+            raise InvalidRequestError(f"min_tokens must be in [0, max_new_tokens], got {self.min_tokens}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise InvalidRequestError(f"{name} must be in [-2, 2], got {getattr(self, name)}")

@@ -51,8 +51,8 @@ class Drafting:
 
 
 def _contexts(context: list[int], tree, cfg: GenerationConfig) -> list[list[int]]:
-    """Each row's token history, only needed by the penalties."""
-    if not cfg.penalised:
+    """Each row's token history, only needed by the penalties and min_tokens."""
+    if not cfg.needs_history:
         return [[]] * tree.size
     return [context[:-1] + tree.path_tokens(i) for i in range(tree.size)]
 
@@ -92,7 +92,7 @@ class SequenceDecoder:
             for drafter in self.drafting.drafters:
                 if hasattr(drafter, "observe_prefill"):
                     drafter.observe_prefill(layers)
-        dist = target_distribution(logits, [self.prompt], self.cfg, len(self.prompt))
+        dist = target_distribution(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)
         token = int(dist[0].argmax()) if self.cfg.greedy else int(torch.multinomial(dist[0], 1, generator=self.generator))
         self.context = self.prompt + [token]
         self.produced = 1
@@ -115,7 +115,7 @@ class SequenceDecoder:
     def advance(self, tree: DraftTree, out: ForwardOutput) -> tuple[StepRecord, list[int]]:
         """Accept from the verification of `tree`; returns the step and the tree nodes to commit."""
         cfg, context, drafting = self.cfg, self.context, self.drafting
-        dist = target_distribution(out.logits, _contexts(context, tree, cfg), cfg, len(self.prompt))
+        dist = target_distribution(out.logits, _contexts(context, tree, cfg), cfg, len(self.prompt), self.eos_ids)
         if cfg.greedy:
             path, bonus = accept_greedy(tree, dist.argmax(-1).tolist())
         else:

@@ -1,7 +1,7 @@
 """Logit processing shared by plain and lookahead decoding, so both target the same distribution.
 
 Order follows transformers' generate: repetition penalty, then OpenAI's presence and
-frequency penalties (on generated tokens only, as vLLM applies them), then temperature,
+frequency penalties (on generated tokens only, as vLLM applies them) and vLLM's min_tokens, then temperature,
 top-k, top-p. Each tree row is processed with its own context (committed tokens plus its
 ancestors), so a drafted token is judged exactly as plain decoding would judge it.
 """
@@ -58,14 +58,32 @@ def warp(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
     return logits.softmax(-1)
 
 
+def ban_early_end(
+    logits: torch.Tensor, generated: Sequence[Sequence[int]], min_tokens: int, end_ids: Sequence[int]
+) -> torch.Tensor:
+    """-inf for the end tokens in the rows that have generated fewer than min_tokens tokens."""
+    early = [row for row, tokens in enumerate(generated) if len(tokens) < min_tokens]
+    if not early or not end_ids:
+        return logits
+    logits = logits.clone()
+    logits[torch.tensor(early)[:, None], torch.tensor(sorted(end_ids))[None, :]] = float("-inf")
+    return logits
+
+
 def target_distribution(
-    logits: torch.Tensor, contexts: Sequence[Sequence[int]], cfg: GenerationConfig, prompt_length: int = 0
+    logits: torch.Tensor,
+    contexts: Sequence[Sequence[int]],
+    cfg: GenerationConfig,
+    prompt_length: int = 0,
+    end_ids: Sequence[int] = (),
 ) -> torch.Tensor:
     """What the target emits after each row: one-hot argmax when greedy, else sampling probabilities.
-    contexts: each row's tokens so far, the first `prompt_length` of them the prompt."""
+    contexts: each row's tokens so far, the first `prompt_length` of them the prompt; end_ids: the tokens
+    cfg.min_tokens holds back."""
     logits = apply_repetition_penalty(logits, contexts, cfg.repetition_penalty)
     generated = [context[prompt_length:] for context in contexts]
     logits = apply_presence_frequency(logits, generated, cfg.presence_penalty, cfg.frequency_penalty)
+    logits = ban_early_end(logits, generated, cfg.min_tokens, end_ids)
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     return warp(logits, cfg)

@@ -138,6 +138,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             repetition_penalty=body.repetition_penalty,
             presence_penalty=body.presence_penalty,
             frequency_penalty=body.frequency_penalty,
+            min_tokens=body.min_tokens,
             stop=body.stops(),
             ignore_eos=body.ignore_eos,
             method="lopa" if options.parallel else "ar",
