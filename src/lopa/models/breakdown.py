@@ -10,13 +10,9 @@ each part must read (weights, the KV cache) over the measured copy bandwidth.
 
 from __future__ import annotations
 
-import statistics
-import time
-
-import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .profile import some_ids
+from .profile import chain, forward_latency
 from .runner import Runner
 
 MATMUL_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise",
@@ -31,17 +27,13 @@ def _kind(event, vocab: int) -> str:
     return "attention" if event.name in ATTENTION_OPS else "other_kernels"
 
 
-def _chain(runner: Runner, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return some_ids(runner, tokens), torch.arange(tokens), torch.ones(tokens, tokens, dtype=torch.bool).tril_()
-
-
 def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
     """Seconds per forward by kind of top-level operator, from torch.profiler (the runner is already prefilled)."""
     vocab = runner.config.vocab_size
-    chain = _chain(runner, tokens)
+    inputs = chain(runner, tokens)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for _ in range(reps):
-            runner.forward(*chain)
+            runner.forward(*inputs)
     totals = dict.fromkeys(PARTS[:-1], 0.0)
     for event in prof.events():
         if event.cpu_parent is None and not event.name.startswith("ProfilerStep"):
@@ -49,23 +41,12 @@ def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
     return totals
 
 
-def wall_seconds(runner: Runner, tokens: int, reps: int) -> float:
-    chain = _chain(runner, tokens)
-    runner.forward(*chain)  # warm
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        runner.forward(*chain)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def floors(runner: Runner, tokens: int, prefix: int, bandwidth: float) -> dict[str, float]:
     """Seconds each part needs at `bandwidth` bytes/s: weights read once, the KV cache read once."""
     model, cfg = runner.model, runner.config
     head = model.get_output_embeddings().weight
     head_bytes = head.numel() * head.element_size()
-    decoder = {id(p): p.numel() * p.element_size() for n, p in model.get_decoder().named_parameters() if p.dim() == 2}
+    decoder = {id(p): p.numel() * p.element_size() for p in model.get_decoder().parameters() if p.dim() == 2}
     decoder.pop(id(model.get_input_embeddings().weight), None)  # the embedding is gathered, not multiplied
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * (prefix + tokens) * head.element_size()
@@ -74,9 +55,7 @@ def floors(runner: Runner, tokens: int, prefix: int, bandwidth: float) -> dict[s
 
 def forward_breakdown(runner: Runner, tokens: int, prefix: int, bandwidth: float, reps: int = 5) -> dict:
     """{"wall_s", "parts_s" (PARTS), "floors_s"} for one forward of `tokens` chain tokens after `prefix` ones."""
-    runner.reset(prefix + tokens + 1)
-    runner.prefill(some_ids(runner, prefix))
-    wall = wall_seconds(runner, tokens, reps)
+    wall = forward_latency(runner, tokens, prefix, reps)  # leaves the runner prefilled for the profiled runs
     parts = kernel_seconds(runner, tokens, reps)
     parts["dispatch"] = max(0.0, wall - sum(parts.values()))
     return {"wall_s": wall, "parts_s": parts, "floors_s": floors(runner, tokens, prefix, bandwidth)}

@@ -34,14 +34,12 @@ def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int) -> floa
     """Median seconds of one forward of `tokens` chain tokens after `prefix` committed ones."""
     runner.reset(prefix + tokens + 1)
     runner.prefill(some_ids(runner, prefix))
-    ids = some_ids(runner, tokens)
-    causal = torch.ones(tokens, tokens, dtype=torch.bool).tril_()
-    depths = torch.arange(tokens)
+    inputs = chain(runner, tokens)
     times = []
     for _ in range(reps + 1):  # the first run warms caches (and compiles) and is dropped
         _sync(runner.device)
         start = time.perf_counter()
-        runner.forward(ids, depths, causal)
+        runner.forward(*inputs)
         _sync(runner.device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:] or times)
@@ -50,6 +48,11 @@ def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int) -> floa
 def some_ids(runner: Runner, count: int) -> torch.Tensor:
     """`count` random token ids the model has (timing does not depend on which)."""
     return torch.randint(0, min(1000, runner.config.vocab_size), (count,))
+
+
+def chain(runner: Runner, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Runner.forward's inputs for a chain of `tokens` random tokens (ids, depths, causal ancestors)."""
+    return some_ids(runner, tokens), torch.arange(tokens), torch.ones(tokens, tokens, dtype=torch.bool).tril_()
 
 
 def precision(runner: Runner) -> str:
