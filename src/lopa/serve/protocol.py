@@ -16,9 +16,9 @@ MAX_STOP_CHARS = 256
 INT64 = 2**63
 # OpenAI fields lopa does not implement, with the value that means "not used" (anything else is refused by name)
 UNSUPPORTED = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none"),
-    "functions": (None, []), "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
-    "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []),
+    "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     "parallel_tool_calls": (None, False, True), "prediction": (None,),
 }
 
@@ -42,8 +42,8 @@ class _Request(BaseModel):
     top_k: int = Field(0, ge=0)  # vLLM's extra parameter; 0 = off
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, allow_inf_nan=False)  # vLLM's extra parameter
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
-    min_tokens: int = Field(0, ge=0)  # vLLM's extra parameter: no end-of-sequence before this many tokens
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
+    min_tokens: int = Field(0, ge=0)  # vLLM's extra parameter: no end-of-sequence before this many tokens
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stream: bool = False
