@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from .attention import TREE_ATTENTION
-from .fastlinear import PackedLinear, pack_linears, packing_available
+from .fastlinear import pack_linears, packing_available
 
 log = logging.getLogger("lopa")
 
@@ -55,6 +55,3 @@ def stock_twin(model: PreTrainedModel) -> PreTrainedModel:
         setattr(twin.get_submodule(module_name), attr, buffer)
     twin.generation_config = model.generation_config
     return twin.eval().requires_grad_(False)
-
-
-__all__ = ["PackedLinear", "has_fast_kernels", "stock_twin", "use_fast_kernels"]

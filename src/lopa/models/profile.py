@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .catalog import cache_root
+from .fastkernels import has_fast_kernels
 from .runner import Runner
 
 TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -59,7 +60,7 @@ def precision(runner: Runner) -> str:
     """'int8' for a quantized model, else its dtype name (+ '-fast' with lopa's kernels, + '-compiled'):
     profiles of these must not mix."""
     name = getattr(runner.model, "lopa_precision", None) or str(runner.dtype).removeprefix("torch.")
-    fast = "-fast" if getattr(runner.model, "lopa_kernels", ()) else ""
+    fast = "-fast" if has_fast_kernels(runner.model) else ""
     return name + fast + ("-compiled" if runner.compiled is not None else "")
 
 
