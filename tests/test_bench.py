@@ -67,6 +67,29 @@ def test_cli_end_to_end_writes_valid_results(tiny_data, tmp_path, no_llamacpp, c
     assert "speedup vs hf" in printed.out and "skipped llamacpp" in printed.err
 
 
+def test_draft_model_methods_against_assisted_generation(tiny_data, tmp_path, capsys):
+    """hf-assisted and lopa-draft with the model drafting for itself: exact, drafts accepted, drafting time reported;
+    without --draft-model both are skipped with the reason."""
+    out = tmp_path / "out"
+    rc = cli.main([
+        "bench", "--data", str(tiny_data), "--categories", "coding", "--methods", "hf,hf-assisted,lopa-draft",
+        "--max-new-tokens", "12", "--draft-model", "self", "--draft-dtype", "float32", "--no-predictor",
+        "--out", str(out), "--no-progress",
+    ])
+    assert rc == 0
+    results = json.loads((out / "results.json").read_text())
+    assert validate(results) == []
+    for name in ("hf-assisted", "lopa-draft"):
+        run = results["prompts"][0]["runs"][name]
+        assert run["exact_match"] is True and run["forwards"] < run["new_tokens"] - 1, name  # drafts were accepted
+        assert 0 < results["aggregate"][name]["overall"]["draft_share_median"] < 1, name
+    capsys.readouterr()
+    assert cli.main(["bench", "--data", str(tiny_data), "--categories", "coding", "--methods", "hf-assisted,lopa-draft",
+                     "--max-new-tokens", "2", "--no-predictor", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped hf-assisted: no draft model" in err and "skipped lopa-draft: no drafter left" in err
+
+
 def test_schema_rejects_broken_results(engine, tiny_data):
     results = run_benchmark(engine, BenchOptions(data=str(tiny_data), limit=1, categories=["coding"],
                                                  methods=["hf", "ar"], max_new_tokens=3, progress=False))

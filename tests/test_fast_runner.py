@@ -128,16 +128,18 @@ def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
         assert lopa.token_ids == plain.token_ids
 
 
-def test_int8_drafter_is_lossless(engine: Engine, int8_engine: Engine) -> None:
-    drafted = Engine(engine.loaded, DraftConfig(use_int8_draft=True, use_predictor=False))
-    drafted._int8_runner = Runner(int8_engine.model)  # share the loaded int8 model
+def test_int8_self_draft_is_lossless(engine: Engine, int8_engine: Engine) -> None:
+    """The model's own int8 copy as the draft model (--draft-model self): fp32 output, drafts accepted."""
+    drafted = Engine(engine.loaded, DraftConfig(draft_model="self", use_predictor=False))
+    drafted.use_draft_model(int8_engine.model, int8_engine.tokenizer)  # share the loaded int8 model
     result = drafted.generate(PROMPTS[0], max_new_tokens=32)
     assert result.token_ids == engine.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids
-    assert any("int8" in step["sources"] for step in result.stats.steps)
+    assert sum(step["sources"].count("draft") for step in result.stats.steps) >= 8
+    assert result.stats.drafters["draft"]["chain_acceptance"] > 0.5
 
 
-def test_int8_drafter_and_lossy_mode_are_off_by_default(engine: Engine) -> None:
-    assert DraftConfig().use_int8_draft is False
+def test_draft_model_and_lossy_mode_are_off_by_default(engine: Engine) -> None:
+    assert DraftConfig().draft_model is None
     assert DraftConfig().lossy_int8_verify is False
     assert main_parser_defaults()["lossy_int8_verify"] is False
     assert engine._lossy is None and engine.generate(PROMPTS[0], max_new_tokens=8).stats.method == "lopa"

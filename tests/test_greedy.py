@@ -150,3 +150,23 @@ def test_min_tokens_holds_back_the_end_exactly(engine: Engine, stock: StockRefer
     ids = torch.tensor([stock.prompt_ids("Say hi.")])
     want = stock.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, min_new_tokens=30, do_sample=False)
     assert lopa.token_ids == want[0, ids.shape[1]:].tolist()
+
+
+def test_logprobs_are_plain_decodings_log_softmax(engine: Engine, stock: StockReference) -> None:
+    """Each emitted token's logprob and its top alternatives are the log-softmax of stock generate()'s logits
+    at that step, whether the token came from a draft or not; ar reports the same."""
+    prompt = "Repeat the following sentence three times: The quick brown fox jumps over the lazy dog."
+    _, want_ids, logits = stock.greedy(prompt, 40)
+    lopa = engine.generate(prompt, max_new_tokens=40, logprobs=3)
+    assert lopa.token_ids == want_ids and lopa.stats.tokens_per_forward > 1.5
+    assert len(lopa.logprobs) == len(lopa.token_ids)
+    for step, (got, row) in enumerate(zip(lopa.logprobs, logits)):
+        want = row.float().log_softmax(-1)
+        assert got.token == want_ids[step]
+        assert got.logprob == pytest.approx(float(want[got.token]), abs=1e-3)
+        top = want.topk(3)
+        assert [t for t, _ in got.top] == top.indices.tolist() or abs(float(top.values[1] - top.values[2])) < 1e-3
+        assert [lp for _, lp in got.top] == pytest.approx(top.values.tolist(), abs=1e-3)
+    ar = engine.generate(prompt, max_new_tokens=40, logprobs=0, method="ar")
+    assert [x.logprob for x in ar.logprobs] == pytest.approx([x.logprob for x in lopa.logprobs], abs=1e-3)
+    assert all(not x.top for x in ar.logprobs) and engine.generate(prompt, max_new_tokens=4).logprobs is None

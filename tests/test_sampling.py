@@ -23,11 +23,13 @@ from lopa.decode import loop
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.verify import accept_sampling
 from lopa.decode.window import CostModel, WindowController
-from lopa.draft.base import Proposal
+from lopa.draft.base import Drafter, Proposal
+from lopa.draft.draft_model import DraftModelDrafter
 from lopa.draft.tree import DraftTree
 from lopa.models.runner import Runner
 
 from .conftest import tiny_llama
+from .test_draft_model import noisy_copy
 
 SAMPLES = 2000  # per side
 NEW_TOKENS = 10
@@ -100,7 +102,7 @@ class OracleDrafter:
         pass
 
 
-def sample_answers(model, prompt: list[int], seeds: range, drafter: OracleDrafter | None) -> tuple[list[Counter], int, int]:
+def sample_answers(model, prompt: list[int], seeds: range, drafter: Drafter | None) -> tuple[list[Counter], int, int]:
     """Per-position token counts, drafted tokens accepted, and the fewest verification steps of any answer."""
     runner = Runner(model)
     counts = [Counter() for _ in POSITIONS]
@@ -140,6 +142,17 @@ def test_lookahead_sampling_matches_plain_sampling(tiny) -> None:
     assert fewest_steps >= 3, "every answer must take at least three verification steps"
     for position in POSITIONS:
         assert homogeneity_p(plain[position], lookahead[position]) > ALPHA, f"position {position}"
+
+
+@pytest.mark.slow  # a draft forward per drafted token: minutes for 2,000 answers
+def test_sampling_with_a_draft_model_matches_plain_sampling(tiny) -> None:
+    """A draft model (the target with noisy weights) proposes its greedy chain and runner-ups: still exact."""
+    model, prompt, plain = tiny
+    drafter = DraftModelDrafter(Runner(noisy_copy(model, 0.3)), depth=3, alternatives=2, stop_below=0.0)
+    drafted, accepted, _ = sample_answers(model, prompt, range(SAMPLES, 2 * SAMPLES), drafter)
+    assert accepted > SAMPLES, "the draft model's tokens were hardly ever accepted: the test would prove nothing"
+    for position in POSITIONS:
+        assert homogeneity_p(plain[position], drafted[position]) > ALPHA, f"position {position}"
 
 
 def test_subtly_wrong_acceptance_rule_is_detected(tiny, monkeypatch) -> None:

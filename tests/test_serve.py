@@ -118,7 +118,9 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
         (b'{"prompt": "hi", "temperature": NaN}', 422, "temperature"),
         ({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}, 422, None),
         ({"prompt": "hi", "stop": "x" * 300}, 422, None),
-        ({"prompt": "hi", "logprobs": 2}, 400, "logprobs"),
+        ({"prompt": "hi", "logprobs": 6}, 422, "logprobs"),
+        ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, 422, None),  # needs logprobs: true
+        ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 422, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
         ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format"),
         ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 3}, 422, "presence_penalty"),
@@ -156,6 +158,30 @@ def test_fields_people_use_are_honoured(server, engine):
     system = chat(server.url, PROMPTS[2], 12, messages=[{"role": "system", "content": "Answer briefly."},
                                                         {"role": "user", "content": PROMPTS[2]}])
     assert developer.status_code == 200 and developer.json()["choices"][0] == system.json()["choices"][0]
+
+
+def test_logprobs_are_the_engines_streamed_or_not(server, engine):
+    """Chat's logprobs.content and the legacy completions' columns carry the engine's log-probabilities of the
+    emitted tokens (the target model's, after verification), whose texts make up the answer."""
+    want = engine.generate(PROMPTS[4], max_new_tokens=16, logprobs=2)
+    resp = chat(server.url, PROMPTS[4], 16, logprobs=True, top_logprobs=2).json()["choices"][0]
+    content = resp["logprobs"]["content"]
+    assert [e["logprob"] for e in content] == pytest.approx([x.logprob for x in want.logprobs], abs=1e-4)
+    assert "".join(e["token"] for e in content) == resp["message"]["content"] == want.text
+    assert all(len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["logprob"] >= e["logprob"] - 1e-6 for e in content)
+    assert bytes(content[0]["bytes"]).decode() == content[0]["token"]
+    body = {"messages": [{"role": "user", "content": PROMPTS[4]}], "max_tokens": 16, "logprobs": True, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as streamed:
+        chunks = [json.loads(e) for e in sse(streamed)[:-1]]
+    streamed_lp = [e["logprob"] for c in chunks if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+    assert streamed_lp == pytest.approx([x.logprob for x in want.logprobs], abs=1e-4)
+    plain = engine.generate(PROMPTS[4], max_new_tokens=8, logprobs=1, chat=False)
+    legacy = httpx.post(server.url + "/v1/completions", json={"prompt": PROMPTS[4], "max_tokens": 8, "logprobs": 1},
+                        timeout=120.0).json()["choices"][0]["logprobs"]
+    assert legacy["token_logprobs"] == pytest.approx([x.logprob for x in plain.logprobs], abs=1e-4)
+    assert legacy["text_offset"][0] == 0 and legacy["text_offset"][1] == len(legacy["tokens"][0])
+    assert all(len(top) == 1 for top in legacy["top_logprobs"])
+    assert chat(server.url, PROMPTS[4], 4).json()["choices"][0]["logprobs"] is None
 
 
 def test_bodies_are_bounded_before_they_are_read(server):

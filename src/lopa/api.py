@@ -10,12 +10,13 @@ import torch
 
 from .config import DraftConfig, GenerationConfig
 from .decode.loop import Drafting, StepRecord, decode
+from .decode.sampling import TokenLogprob
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
-from .draft.int8_draft import Int8Drafter
+from .draft.draft_model import DraftModelDrafter
 from .draft.predictor_drafter import PredictorDrafter
 from .draft.predictor_io import PredictorSpec, predictor_for
-from .errors import InvalidRequestError
+from .errors import InvalidRequestError, ModelLoadError
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
 from .models.compiled import buckets_up_to, cuda_graph_capacity
@@ -62,6 +63,7 @@ class GenerationResult:
     token_ids: list[int]
     finish_reason: str  # "stop" (EOS or stop string) or "length"
     stats: GenerationStats
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when GenerationConfig.logprobs asked for them
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Engine:
         self._cost: CostModel | None = None
         self._warm = False
         self._int8_runner: Runner | None = None
+        self._draft_model: torch.nn.Module | None = None
         self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
         self.threads_source = "as the process had it"  # from_pretrained applies the measured count
@@ -131,6 +134,8 @@ class Engine:
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, fast=fast)
         engine = cls(loaded, draft, max_verify_tokens, compile, predictor)
         engine.threads_source = apply_threads(loaded.fingerprint, engine.runner, threads)
+        if engine.draft.draft_model is not None:
+            engine.draft_model  # load it now rather than inside the first request
         return engine
 
     def _eos_ids(self) -> set[int]:
@@ -167,10 +172,35 @@ class Engine:
 
     @property
     def int8_runner(self) -> Runner:
-        """A runner over an int8 copy of the model (loaded on first use), for the int8 drafter."""
+        """A runner over an int8 copy of the model (loaded on first use), for the lossy mode."""
         if self._int8_runner is None:
             self._int8_runner = Runner(load_model(str(self.loaded.path), dtype="int8").model)
         return self._int8_runner
+
+    @property
+    def draft_model_source(self) -> str | None:
+        """DraftConfig.draft_model as a loadable spec ("self" is the target's own directory)."""
+        spec = self.draft.draft_model
+        return str(self.loaded.path) if spec == "self" else spec
+
+    @property
+    def draft_model(self) -> torch.nn.Module:
+        """DraftConfig.draft_model, loaded on first use; each sequence drafts through its own Runner over it."""
+        if self._draft_model is None:
+            dtype = self.draft.draft_model_dtype or ("int8" if self.runner.device.type == "cpu" else self.model.dtype)
+            dtype = getattr(torch, dtype) if dtype in ("bfloat16", "float32") else dtype
+            loaded = load_model(self.draft_model_source, device=str(self.runner.device), dtype=dtype)
+            self.use_draft_model(loaded.model, loaded.tokenizer)
+        return self._draft_model
+
+    def use_draft_model(self, model: torch.nn.Module, tokenizer) -> None:
+        """Draft with `model` (already loaded, in any precision); its tokenizer must be the target's."""
+        if tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise ModelLoadError(
+                f"the draft model's tokenizer ({len(tokenizer)} tokens) differs from the target's "
+                f"({len(self.tokenizer)}): a draft model must share the target's vocabulary"
+            )
+        self._draft_model = model
 
     @property
     def lossy_runner(self) -> LossyInt8Runner:
@@ -217,8 +247,8 @@ class Engine:
                     min_hit_rate=c.predictor_min_hit_rate,
                 )
             )
-        if c.use_int8_draft:
-            drafters.append(Int8Drafter(self.int8_runner, depth=c.int8_draft_depth))
+        if c.draft_model is not None:
+            drafters.append(DraftModelDrafter(Runner(self.draft_model), c.draft_depth, c.draft_alternatives))
         controller = WindowController(c.max_depth, c.node_budget, self.cost_model, c.dynamic_window)
         return Drafting(drafters, controller, c)
 
@@ -242,9 +272,12 @@ class Engine:
         drafting = self.new_drafting() if cfg.method == "lopa" else None
         stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
         text = TextStream(self.tokenizer, cfg.stop, cfg.stop_ids(self.eos_ids))
+        logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
         start = time.perf_counter()
         runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
         for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
+            if logprobs is not None:
+                logprobs.extend(record.logprobs)
             if not text.ids:
                 stats.prefill_s = time.perf_counter() - start
             else:
@@ -267,7 +300,7 @@ class Engine:
         if drafting:
             stats.window = drafting.controller.summary()
             stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
-        yield GenerationResult(text.emitted, text.ids, text.finish, stats)
+        yield GenerationResult(text.emitted, text.ids, text.finish, stats, logprobs)
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> Iterator[str]:
         """Text pieces as they are decoded."""

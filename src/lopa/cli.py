@@ -42,6 +42,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--predictor", default=None, metavar="PATH",
                         help="an EAGLE-3 predictor directory (speculators layout; default: the shipped one, when it fits the model)")
     parser.add_argument("--no-predictor", action="store_true", help="draft without the EAGLE-3 predictor")
+    parser.add_argument("--draft-model", default=None, metavar="NAME",
+                        help="a smaller model with the same tokenizer drafts chains (catalog name, directory, .gguf; "
+                        "'self': the target in --draft-dtype)")
+    parser.add_argument("--draft-dtype", choices=["int8", "bfloat16", "float32"], default=None,
+                        help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged")
 
 
 def load_engine(args: argparse.Namespace):
@@ -51,7 +56,10 @@ def load_engine(args: argparse.Namespace):
     from .api import Engine
     from .config import DraftConfig
 
-    draft = DraftConfig(lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every)
+    draft = DraftConfig(
+        lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every,
+        draft_model=args.draft_model, draft_model_dtype=args.draft_dtype,
+    )
     dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
     return Engine.from_pretrained(
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code,

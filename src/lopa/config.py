@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from .errors import InvalidRequestError
 
 METHODS = ("lopa", "ar")
+MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
+DRAFT_DTYPES = (None, "int8", "bfloat16", "float32")
 
 
 @dataclass
@@ -25,6 +27,7 @@ class GenerationConfig:
     stop: list[str] = field(default_factory=list)
     method: str = "lopa"
     ignore_eos: bool = False  # run to max_new_tokens past EOS (fixed-length benchmarks, load tests)
+    logprobs: int | None = None  # report each token's log-probability and this many top alternatives (None: off)
 
     @property
     def greedy(self) -> bool:
@@ -57,6 +60,8 @@ class GenerationConfig:
         for name in ("presence_penalty", "frequency_penalty"):
             if not -2.0 <= getattr(self, name) <= 2.0:
                 raise InvalidRequestError(f"{name} must be in [-2, 2], got {getattr(self, name)}")
+        if self.logprobs is not None and not (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise InvalidRequestError(f"logprobs must be an integer in [0, {MAX_LOGPROBS}], got {self.logprobs!r}")
         if self.method not in METHODS:
             raise InvalidRequestError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
 
@@ -74,8 +79,12 @@ class DraftConfig:
     use_ngram_pool: bool = True
     use_predictor: bool = True  # the EAGLE-3 predictor (the shipped one, when it fits the model)
     predictor_min_hit_rate: float = 0.35  # the predictor drafts only while its recent depth-1 hit rate is this high
-    use_int8_draft: bool = False  # an int8 copy of the model drafts a greedy chain (lossless; CPU)
-    int8_draft_depth: int = 4  # tokens the int8 drafter proposes per step (each one int8 forward)
+    # a model sharing the target's tokenizer drafts chains: catalog name, HF directory or .gguf; "self" = the
+    # target itself (in draft_model_dtype). Lossless: the target verifies every token. See draft/draft_model.py
+    draft_model: str | None = None
+    draft_model_dtype: str | None = None  # "int8", "bfloat16", "float32"; None: int8 on CPU, the target's dtype on CUDA
+    draft_depth: int = 4  # the draft model's first chain length (one draft forward per token); it then adapts
+    draft_alternatives: int = 1  # the draft model's runner-up tokens proposed as one-token branches at each depth
     lossy_int8_verify: bool = False  # LOSSY (opt-in): an int8 copy verifies; full precision every N steps
     lossy_calibration_every: int = 10  # N: steps between full-precision calibration passes (lossy mode)
     ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
@@ -96,5 +105,9 @@ class DraftConfig:
             raise InvalidRequestError("lossy_calibration_every must be >= 1")
         if self.ngram_size < 2:
             raise InvalidRequestError("ngram_size must be >= 2")
+        if self.draft_model_dtype not in DRAFT_DTYPES:
+            raise InvalidRequestError(f"draft_model_dtype must be one of {DRAFT_DTYPES}, got {self.draft_model_dtype!r}")
+        if self.draft_depth < 1 or self.draft_alternatives < 0:
+            raise InvalidRequestError("draft_depth must be >= 1 and draft_alternatives >= 0")
         if not 0.0 <= self.predictor_min_hit_rate <= 1.0:
             raise InvalidRequestError(f"predictor_min_hit_rate must be in [0, 1], got {self.predictor_min_hit_rate}")

@@ -20,12 +20,15 @@ from transformers.generation.streamers import BaseStreamer
 from ..errors import InvalidRequestError
 
 REFERENCE = "hf"
-HF_METHODS = {"hf": None, "hf-pld": 10}  # name -> prompt_lookup_num_tokens
+HF_METHODS = {"hf": {}, "hf-pld": {"prompt_lookup_num_tokens": 10}, "hf-assisted": {}}  # name -> generate() kwargs
+ASSISTED = "hf-assisted"  # generate(assistant_model=the --draft-model, in fp32, stock modules)
+NO_MODEL_DRAFTS = {"use_predictor": False, "draft_model": None}
 LOPA_VARIANTS: dict[str, dict] = {  # name -> DraftConfig overrides
     "lopa": {},
-    "lopa-lookup": {"use_ngram_pool": False, "use_predictor": False},
-    "lopa-ngram": {"use_predictor": False},
-    "lopa-predictor": {"use_prompt_lookup": False, "use_ngram_pool": False},
+    "lopa-lookup": {"use_ngram_pool": False, **NO_MODEL_DRAFTS},
+    "lopa-ngram": NO_MODEL_DRAFTS,
+    "lopa-predictor": {"use_prompt_lookup": False, "use_ngram_pool": False, "draft_model": None},
+    "lopa-draft": {"use_prompt_lookup": False, "use_ngram_pool": False, "use_predictor": False},
     "lopa-fixed": {"dynamic_window": False},
 }
 COMPILED_METHODS = {"ar-compiled": "ar", "lopa-compiled": "lopa"}  # name -> method, on a torch.compile runner
@@ -34,6 +37,7 @@ ALL_METHODS = (*HF_METHODS, "ar", *LOPA_VARIANTS, *COMPILED_METHODS, *LLAMACPP_M
 DESCRIPTIONS = {
     "hf": "transformers generate(), greedy",
     "hf-pld": "transformers generate(), greedy, prompt_lookup_num_tokens=10",
+    "hf-assisted": "transformers generate(assistant_model=--draft-model in fp32), greedy, its default schedule",
     "ar": "lopa runner, one token per forward",
     "llamacpp": "llama-cpp-python on the GGUF, greedy (quantised weights: not lossless against hf)",
     "llamacpp-pld": "llama-cpp-python on the GGUF with prompt lookup (10 tokens)",
@@ -79,25 +83,41 @@ class _ChunkClock(BaseStreamer):
         pass
 
 
+class _ForwardTimer:
+    """Counts a module's forward calls and the time spent in them, through forward (pre-)hooks."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls, self.seconds, self._start = 0, 0.0, 0.0
+        self.handles = [module.register_forward_pre_hook(self._enter), module.register_forward_hook(self._leave)]
+
+    def _enter(self, *_: object) -> None:
+        self._start = time.perf_counter()
+
+    def _leave(self, *_: object) -> None:
+        self.calls += 1
+        self.seconds += time.perf_counter() - self._start
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
 class HFGenerate:
-    """transformers generate(), optionally with its prompt lookup; forwards counted by a forward hook."""
+    """transformers generate() with extra kwargs (prompt lookup, an assistant model); forwards counted by hooks.
+
+    With an assistant, the time inside its forwards is reported as drafting time."""
 
     lossless = True
 
-    def __init__(self, name: str, model: torch.nn.Module, prompt_lookup: int | None):
-        self.name, self.model, self.prompt_lookup = name, model, prompt_lookup
+    def __init__(self, name: str, model: torch.nn.Module, extra: dict, assistant: torch.nn.Module | None = None):
+        self.name, self.model, self.extra, self.assistant = name, model, extra, assistant
 
     def generate(self, prompt_ids: list[int], max_new_tokens: int) -> Run:
-        calls = 0
-
-        def count(*_: object) -> None:
-            nonlocal calls
-            calls += 1
-
         ids = torch.tensor([prompt_ids], device=self.model.device)
-        extra = {"prompt_lookup_num_tokens": self.prompt_lookup} if self.prompt_lookup else {}
+        extra = dict(self.extra, assistant_model=self.assistant) if self.assistant is not None else self.extra
         clock = _ChunkClock()
-        handle = self.model.register_forward_hook(count)
+        target = _ForwardTimer(self.model)
+        drafts = _ForwardTimer(self.assistant) if self.assistant is not None else None
         start = time.perf_counter()
         try:
             out = self.model.generate(
@@ -105,11 +125,15 @@ class HFGenerate:
                 streamer=clock, **extra,
             )
         finally:
-            handle.remove()
+            for timer in (target, drafts):
+                if timer is not None:
+                    timer.remove()
         wall = time.perf_counter() - start
         prefill = clock.times[1] - start if len(clock.times) > 1 else wall
         # chunk 0 is the prompt, chunk 1 came from the prefill forward; later chunks are steps
-        return Run(out[0, len(prompt_ids):].tolist(), wall, prefill, calls - 1, [n - 1 for n in clock.sizes[2:]])
+        accepted = [n - 1 for n in clock.sizes[2:]]
+        draft_s = drafts.seconds if drafts is not None else None
+        return Run(out[0, len(prompt_ids):].tolist(), wall, prefill, target.calls - 1, accepted, draft_s)
 
 
 class EngineMethod:
@@ -190,22 +214,30 @@ def build_methods(
     """
     from ..api import Engine
     from ..models.fastkernels import stock_twin
+    from ..models.loading import load_model
 
     methods: dict[str, Method] = {}
     skipped: dict[str, str] = {}
     compiled = None  # one torch.compile engine shared by the compiled methods
     for name in names:
-        if name in HF_METHODS:
+        if name == ASSISTED and engine.draft.draft_model is None:
+            skipped[name] = "no draft model (pass --draft-model NAME)"
+        elif name == ASSISTED:
+            assistant = load_model(engine.draft_model_source, device=str(engine.runner.device), fast=False).model
+            methods[name] = HFGenerate(name, stock_twin(engine.model), {}, assistant)
+        elif name in HF_METHODS:
             methods[name] = HFGenerate(name, stock_twin(engine.model), HF_METHODS[name])
         elif name == "ar":
             methods[name] = EngineMethod(name, engine, "ar")
         elif name in LOPA_VARIANTS:
             draft = dataclasses.replace(engine.draft, **LOPA_VARIANTS[name])
             variant = Engine(engine.loaded, draft, predictor=engine.predictor or False)  # --predictor's, loaded once
-            if draft.use_prompt_lookup or draft.use_ngram_pool or variant.predictor is not None:
+            if draft.draft_model is not None:
+                variant.use_draft_model(engine.draft_model, engine.tokenizer)  # loaded once too
+            if draft.use_prompt_lookup or draft.use_ngram_pool or variant.predictor is not None or draft.draft_model:
                 methods[name] = EngineMethod(name, variant, "lopa")
             else:
-                skipped[name] = "no drafter left: no predictor fits this model (see --predictor)"
+                skipped[name] = "no drafter left: no predictor fits this model (see --predictor) and no --draft-model"
         elif name in COMPILED_METHODS:
             if compiled is None:
                 compiled = Engine(engine.loaded, engine.draft, compile=True, predictor=engine.predictor or False)

@@ -16,7 +16,7 @@ from ..config import DraftConfig, GenerationConfig
 from ..draft.base import Drafter, StepFeedback
 from ..draft.tree import DraftTree, TreeLimits, build_tree, root_only
 from ..models.runner import ForwardOutput, Runner
-from .sampling import target_distribution
+from .sampling import TokenLogprob, target_distribution, token_logprobs
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
 
@@ -31,6 +31,7 @@ class StepRecord:
     depth: int
     draft_s: float = 0.0  # drafters' time: proposing, building the tree, observing the verification
     verify_s: float = 0.0  # the verification forward (on CUDA: its launch, unless the runner syncs)
+    logprobs: list[TokenLogprob] | None = None  # per token, when GenerationConfig.logprobs asks for them
 
     @property
     def accepted(self) -> int:
@@ -97,7 +98,10 @@ class SequenceDecoder:
         self.context = self.prompt + [token]
         self.produced = 1
         self.done = token in self.eos_ids or self.produced >= self.cfg.max_new_tokens
-        return StepRecord([token], ["bonus"], 0, 0)
+        record = StepRecord([token], ["bonus"], 0, 0)
+        if self.cfg.logprobs is not None:
+            record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
+        return record
 
     def tree(self, budget: int | None = None) -> DraftTree:
         """The candidate tree to verify next; `budget` caps its nodes (when a batch shares one forward)."""
@@ -125,17 +129,20 @@ class SequenceDecoder:
         stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
         keep = min(len(new), cfg.max_new_tokens - self.produced, stop + 1 if stop is not None else len(new))
         observe_start = time.perf_counter()
+        log_probs = out.logits[path].float().log_softmax(-1) if drafting or cfg.logprobs is not None else None
         if drafting:
             feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
-            logprobs = out.logits[path].float().log_softmax(-1)[torch.arange(len(new)), torch.tensor(new)]
-            drafting.controller.update(self.step, tree.size, logprobs.tolist())
+            drafting.controller.update(self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist())
         context.extend(new[:keep])
         self.produced += keep
         self.step += 1
         self.done = (stop is not None and stop < keep) or self.produced >= cfg.max_new_tokens
-        return StepRecord(new[:keep], sources[:keep], tree.size, tree.depth, time.perf_counter() - observe_start), path
+        record = StepRecord(new[:keep], sources[:keep], tree.size, tree.depth, time.perf_counter() - observe_start)
+        if cfg.logprobs is not None:
+            record.logprobs = token_logprobs(log_probs[:keep], new[:keep], cfg.logprobs)
+        return record, path
 
 
 def decode(

@@ -8,6 +8,7 @@ ancestors), so a drafted token is judged exactly as plain decoding would judge i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -87,3 +88,23 @@ def target_distribution(
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     return warp(logits, cfg)
+
+
+@dataclass
+class TokenLogprob:
+    """The target model's log-probability of an emitted token (raw logits, before temperature or penalties,
+    as OpenAI and vLLM report them) and of its `top` likeliest alternatives."""
+
+    token: int
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def token_logprobs(log_probs: torch.Tensor, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
+    """TokenLogprobs of `tokens` from rows of log-softmaxed logits [len(tokens), vocab]."""
+    chosen = log_probs[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+    best = log_probs.topk(top) if top else None
+    return [
+        TokenLogprob(tok, lp, list(zip(best.indices[i].tolist(), best.values[i].tolist())) if best is not None else [])
+        for i, (tok, lp) in enumerate(zip(tokens, chosen))
+    ]

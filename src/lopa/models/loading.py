@@ -58,11 +58,14 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 
 def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantise a GGUF through transformers and save it as fp32 safetensors."""
+    hf_logging.enable_progress_bar()  # minutes for a 1B+ model: show transformers' bars on stderr
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for a bad file
         raise ModelLoadError(f"{gguf} is not a readable GGUF model: {exc}") from exc
+    finally:
+        hf_logging.disable_progress_bar()
     # save_pretrained refuses quantizer-backed models; the weights are already plain fp32.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -82,7 +85,8 @@ def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
     else:
         path = Path(spec).expanduser()
         if not path.exists():
-            raise ModelLoadError(f"model path {spec!r} does not exist (known names: {', '.join(CATALOG)})")
+            known = "; ".join(f"{e.name} ({e.memory})" for e in CATALOG.values())
+            raise ModelLoadError(f"model path {spec!r} does not exist (known names: {known})")
         if path.is_dir():
             if not (path / "config.json").exists():
                 raise ModelLoadError(f"{path} has no config.json: not a Hugging Face model directory")

@@ -189,13 +189,20 @@ class Runner:
         return ForwardOutput(torch.cat(logits), torch.cat(hidden), all_layers)
 
     def prefill(self, ids: torch.Tensor) -> ForwardOutput:
-        """Feed the prompt causally, commit it, and return the last position's logits."""
+        """Feed tokens causally after the committed rows (a prompt, or a draft model's next tokens), commit
+        them, and return the last position's logits."""
         t = ids.numel()
         causal = torch.ones(t, t, dtype=torch.bool).tril_()
         out = self.forward(ids, torch.arange(t), causal, last_only=True)
         self.cache.set_length(self.length + t)
         self.forwards -= 1  # prefill is not a decoding forward
         return out
+
+    def truncate(self, length: int) -> None:
+        """Forget every row past `length`: a draft model's sequence rewinding to what the target kept."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a sequence of {self.length} rows to {length}")
+        self.cache.set_length(length)
 
     def commit(self, nodes: list[int]) -> None:
         """Keep tree nodes `nodes` (indices into the last forward, root first) as the next prefix rows."""

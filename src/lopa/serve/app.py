@@ -97,6 +97,9 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
     app.state.scheduler = scheduler
     max_chars = capacity * max_token_chars(engine.tokenizer)  # no prompt of more characters fits the context
 
+    def token_text(token: int) -> str:
+        return engine.tokenizer.decode([token])
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         first = exc.errors()[0]
@@ -141,6 +144,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             min_tokens=body.min_tokens,
             stop=body.stops(),
             ignore_eos=body.ignore_eos,
+            logprobs=body.logprob_count(),
             method="lopa" if options.parallel else "ar",
         )
         cfg.validate()
@@ -172,7 +176,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             return _error(429, str(exc), "rate_limit_error", headers={"Retry-After": "1"})
         except Closed as exc:
             return _error(503, str(exc), "server_error", headers={"Retry-After": "5"})
-        reply = Reply(chat, body.model or model_name)
+        reply = Reply(chat, body.model or model_name, token_text)
         if body.stream:
             return JobStream(job, _sse(request, job, events, reply), reply.headers)
         return await _collect(request, job, events, reply)
@@ -193,7 +197,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
                 continue
 
     async def _collect(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
-        text = []
+        text, logprobs = [], [] if job.cfg.logprobs is not None else None
         try:
             while True:
                 ev = await _next_event(request, job, events)
@@ -201,6 +205,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
                     return _error(499, "client closed the request")
                 if ev.kind == "step":
                     text.append(ev.text)
+                    if logprobs is not None:
+                        logprobs.extend(ev.logprobs or [])
                 elif ev.kind == "error":
                     status = 504 if ev.finish_reason == "timeout" else 500
                     return _error(status, ev.error, "timeout" if status == 504 else "server_error")
@@ -208,7 +214,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
                     usage = dict(ev.usage)
                     forwards = usage.pop("forwards")
                     lopa = {"forwards": forwards, "tokens_per_forward": usage["completion_tokens"] / forwards}
-                    return JSONResponse(reply.full("".join(text), ev.finish_reason, usage, lopa), headers=reply.headers)
+                    body = reply.full("".join(text), ev.finish_reason, usage, lopa, logprobs)
+                    return JSONResponse(body, headers=reply.headers)
         finally:
             job.cancelled = True  # no-op when finished; frees the slot when the client left
 
@@ -219,7 +226,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             if ev is None:
                 return
             if ev.kind == "step":
-                body = reply.chunk(ev.text, lopa={"sources": ev.sources, "tokens": ev.tokens})
+                body = reply.chunk(ev.text, logprobs=ev.logprobs, lopa={"sources": ev.sources, "tokens": ev.tokens})
             elif ev.kind == "error":
                 body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
             else:

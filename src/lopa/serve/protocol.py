@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..config import MAX_LOGPROBS
+from ..decode.sampling import TokenLogprob
 
 
 MAX_MESSAGES = 512
@@ -14,9 +17,10 @@ MAX_CONTENT_CHARS = 1_000_000  # per message or prompt; the context check bounds
 MAX_STOPS = 4  # as OpenAI
 MAX_STOP_CHARS = 256
 INT64 = 2**63
+MAX_COMPLETION_LOGPROBS = 5  # as OpenAI's legacy completions
 # OpenAI fields lopa does not implement, with the value that means "not used" (anything else is refused by name)
 UNSUPPORTED = {
-    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "logit_bias": (None, {}), "tools": (None, []),
+    "logit_bias": (None, {}), "tools": (None, []),
     "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
     "response_format": (None, {"type": "text"}), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     "parallel_tool_calls": (None, False, True), "prediction": (None,),
@@ -81,16 +85,32 @@ class Message(BaseModel):
 class ChatRequest(_Request):
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs: set logprobs to true to get them")
+        return self
 
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
+    def logprob_count(self) -> int | None:
+        """GenerationConfig.logprobs: alternatives per token, None when no logprobs were asked for."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
 
 class CompletionRequest(_Request):
     prompt: str | list[str] = Field(max_length=MAX_CONTENT_CHARS)
+    logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)  # the legacy API's: top alternatives
 
     def limit(self) -> int | None:
         return self.max_tokens
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     def text(self) -> str:
         if isinstance(self.prompt, str):
@@ -105,11 +125,15 @@ def error_body(message: str, type: str = "invalid_request_error", param: str | N
 
 
 class Reply:
-    """Builds the response bodies of one request (ids and timestamps shared by its chunks)."""
+    """Builds the response bodies of one request (ids and timestamps shared by its chunks).
 
-    def __init__(self, chat: bool, model: str):
+    `token_text` turns a token id into its text, for the logprobs."""
+
+    def __init__(self, chat: bool, model: str, token_text: Callable[[int], str]):
         self.chat = chat
         self.model = model
+        self.token_text = token_text
+        self.offset = 0  # characters of tokens reported so far: the legacy logprobs' text_offset
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.headers = {"X-Request-Id": self.id}  # the id of the body, for logs on both sides
@@ -117,15 +141,42 @@ class Reply:
     def _body(self, kind: str, choice: dict, **extra) -> dict:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice], **extra}
 
-    def full(self, text: str, finish: str, usage: dict, lopa: dict) -> dict:
+    def logprobs(self, entries: list[TokenLogprob] | None) -> dict | None:
+        """OpenAI's logprobs object of these tokens: chat's `content` list, or the legacy completions' columns."""
+        if entries is None:
+            return None
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            return {"content": [self._chat_entry(e.token, e.logprob, e.top) for e in entries]}
+        texts = [self.token_text(e.token) for e in entries]
+        offsets = [self.offset + sum(len(t) for t in texts[:i]) for i in range(len(texts))]
+        self.offset += sum(len(t) for t in texts)
+        return {
+            "tokens": texts,
+            "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{self.token_text(t): lp for t, lp in e.top} for e in entries],
+            "text_offset": offsets,
+        }
+
+    def _chat_entry(self, token: int, logprob: float, top: list[tuple[int, float]] | None = None) -> dict:
+        text = self.token_text(token)
+        entry = {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        if top is not None:
+            entry["top_logprobs"] = [self._chat_entry(t, lp) for t, lp in top]
+        return entry
+
+    def full(self, text: str, finish: str, usage: dict, lopa: dict, logprobs: list[TokenLogprob] | None = None) -> dict:
+        if self.chat:
+            message = {"role": "assistant", "content": text}
+            choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": self.logprobs(logprobs)}
             return self._body("chat.completion", choice, usage=usage, lopa=lopa)
-        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": self.logprobs(logprobs)}
         return self._body("text_completion", choice, usage=usage, lopa=lopa)
 
-    def chunk(self, text: str, finish: str | None = None, **extra) -> dict:
+    def chunk(
+        self, text: str, finish: str | None = None, logprobs: list[TokenLogprob] | None = None, **extra
+    ) -> dict:
+        choice = {"index": 0, "finish_reason": finish, "logprobs": self.logprobs(logprobs)}
         if self.chat:
-            choice = {"index": 0, "delta": {"role": "assistant", "content": text} if text else {}, "finish_reason": finish}
+            choice["delta"] = {"role": "assistant", "content": text} if text else {}
             return self._body("chat.completion.chunk", choice, **extra)
-        return self._body("text_completion", {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}, **extra)
+        return self._body("text_completion", choice | {"text": text}, **extra)

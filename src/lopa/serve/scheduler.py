@@ -22,6 +22,7 @@ import torch
 
 from ..config import GenerationConfig
 from ..decode.loop import SequenceDecoder
+from ..decode.sampling import TokenLogprob
 from ..models.batch import BatchRunner
 from ..text import TextStream, token_pieces
 from .metrics import ServerMetrics
@@ -50,6 +51,7 @@ class Event:
     finish_reason: str | None = None
     usage: dict | None = None
     error: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # the step's tokens', when the request asked for them
 
 
 @dataclass
@@ -246,7 +248,7 @@ class Scheduler:
             job.first_at = now
             self.metrics.ttft.observe(now - job.arrived)
         pieces = token_pieces(self.engine.tokenizer, job.text.ids, len(record.tokens)) if job.pieces else []
-        job.sink(Event("step", piece, pieces, list(record.sources)))
+        job.sink(Event("step", piece, pieces, list(record.sources), logprobs=record.logprobs))
 
     def _end(self, job: Job, outcome: str, error: str | None = None) -> None:
         self.metrics.requests.labels(outcome=outcome).inc()
