@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Iterator, Sequence
 
 import torch
+from tqdm import tqdm
 
 from .config import DraftConfig, GenerationConfig
-from .decode.loop import Drafting, StepRecord, decode
+from .decode.batch import step_batch
+from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode
 from .decode.sampling import TokenLogprob
 from .decode.window import CostModel, WindowController
 from .draft import JacobiPoolDrafter, PromptLookupDrafter
@@ -17,6 +23,7 @@ from .draft.draft_model import DraftModelDrafter
 from .draft.predictor_drafter import PredictorDrafter
 from .draft.predictor_io import PredictorSpec, predictor_for
 from .errors import InvalidRequestError, ModelLoadError
+from .models.batch import BatchRunner
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
 from .models.compiled import buckets_up_to, cuda_graph_capacity
@@ -104,6 +111,7 @@ class Engine:
         self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
         self.threads_source = "as the process had it"  # from_pretrained applies the measured count
+        self._busy = threading.Lock()  # one decoding at a time: see _exclusive
 
     @classmethod
     def from_pretrained(
@@ -265,42 +273,92 @@ class Engine:
     def stream_steps(
         self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None, **overrides
     ) -> Iterator[StreamChunk | GenerationResult]:
-        """Yield StreamChunks as text becomes final, then the GenerationResult last."""
+        """Yield StreamChunks as text becomes final, then the GenerationResult last.
+
+        One Engine decodes one stream at a time (it has one KV cache): a second stream() while one is
+        open is refused; decode many prompts together with generate([...])."""
         cfg = _merge_config(config, overrides)
         prompt_ids = self.encode_prompt(prompt, chat)
         self._check(prompt_ids, cfg)
-        drafting = self.new_drafting() if cfg.method == "lopa" else None
-        stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
-        text = TextStream(self.tokenizer, cfg.stop, cfg.stop_ids(self.eos_ids))
-        logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
-        start = time.perf_counter()
-        runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
-        for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
-            if logprobs is not None:
-                logprobs.extend(record.logprobs)
-            if not text.ids:
-                stats.prefill_s = time.perf_counter() - start
-            else:
-                stats.accept_lengths.append(record.accepted)
-                stats.tree_nodes += record.tree_size
-                stats.draft_s += record.draft_s
-                stats.verify_s += record.verify_s
-            stats.steps.append({"tokens": record.tokens, "sources": record.sources})
-            piece = text.push(record.tokens)
-            if piece:
-                yield StreamChunk(piece, record)
-            if text.stopped:
-                break
-        tail = text.close()  # text held back in case a stop string began there
-        if tail:
-            yield StreamChunk(tail, record)
-        stats.wall_s = time.perf_counter() - start
-        stats.forwards = runner.forwards
-        stats.new_tokens = len(text.ids)
-        if drafting:
-            stats.window = drafting.controller.summary()
-            stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
-        yield GenerationResult(text.emitted, text.ids, text.finish, stats, logprobs)
+        with self._exclusive():
+            drafting = self.new_drafting() if cfg.method == "lopa" else None
+            output = SequenceOutput(self, prompt_ids, cfg)
+            runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
+            for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
+                piece = output.add(record)
+                if piece:
+                    yield StreamChunk(piece, record)
+                if output.text.stopped:
+                    break
+            tail, result = output.finish(runner.forwards, drafting)
+            if tail:
+                yield StreamChunk(tail, record)
+            yield result
+
+    def generate_many(
+        self,
+        prompts: Sequence[Prompt],
+        config: GenerationConfig | None = None,
+        *,
+        chat: bool | None = None,
+        max_batch: int = 16,
+        progress: bool | None = None,
+        **overrides,
+    ) -> list[GenerationResult]:
+        """Decode many prompts together, up to `max_batch` at a time in one batched forward per step (offline
+        batch inference); each result is what generate() gives that prompt alone. `progress`: a progress
+        bar (default: on a terminal, for 8 prompts or more)."""
+        cfg = _merge_config(config, overrides)
+        encoded = [self.encode_prompt(p, chat) for p in prompts]
+        for ids in encoded:
+            self._check(ids, cfg)
+        if not encoded:
+            return []
+        slots = max(1, min(max_batch, len(encoded)))
+        capacity = max(map(len, encoded)) + cfg.max_new_tokens + self.draft.node_budget + 2
+        runner = BatchRunner(self.model, slots, capacity)
+        runner.hidden_layers = self.runner.hidden_layers
+        results: list[GenerationResult | None] = [None] * len(encoded)
+        waiting = deque(range(len(encoded)))
+        rows: list[tuple[int, SequenceDecoder, SequenceOutput]] = []  # row i decodes in batch slot i
+        show = progress if progress is not None else len(encoded) >= 8 and sys.stderr.isatty()
+        with self._exclusive(), tqdm(total=len(encoded), disable=not show, desc="lopa", unit="prompt") as bar:
+            while waiting or rows:
+                while waiting and len(rows) < slots:
+                    i = waiting.popleft()
+                    seq = SequenceDecoder(encoded[i], cfg, self.eos_ids, self.new_drafting() if cfg.method == "lopa" else None)
+                    output = SequenceOutput(self, encoded[i], cfg)
+                    out = runner.prefill_slot(len(rows), torch.tensor(encoded[i]))
+                    output.add(seq.first(out.logits, out.layers))
+                    rows.append((i, seq, output))
+                for slot in reversed(range(len(rows))):  # finished rows leave; the last row takes the free slot
+                    i, seq, output = rows[slot]
+                    if seq.done or output.text.stopped:
+                        results[i] = output.finish(seq.step, seq.drafting)[1]
+                        bar.update(1)
+                        if slot != len(rows) - 1:
+                            runner.move(len(rows) - 1, slot)
+                            rows[slot] = rows[-1]
+                        rows.pop()
+                if rows:
+                    for (_, _, output), record in zip(rows, step_batch(runner, [seq for _, seq, _ in rows], self.draft.node_budget)):
+                        if isinstance(record, Exception):
+                            raise record
+                        output.add(record)
+        return results
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the engine's decoding (its KV cache and lazily measured cost model) for one caller."""
+        if not self._busy.acquire(blocking=False):
+            raise InvalidRequestError(
+                "this Engine is already decoding (a stream() is still open): finish or close it first, use a "
+                "second Engine, or decode many prompts together with generate([...])"
+            )
+        try:
+            yield
+        finally:
+            self._busy.release()
 
     def stream(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> Iterator[str]:
         """Text pieces as they are decoded."""
@@ -308,10 +366,55 @@ class Engine:
             if isinstance(item, StreamChunk):
                 yield item.text
 
-    def generate(self, prompt: Prompt, config: GenerationConfig | None = None, **kwargs) -> GenerationResult:
-        """Decode a whole answer; same tokens as plain decoding, in fewer forwards."""
+    def generate(self, prompt: Prompt | list[Prompt], config: GenerationConfig | None = None, **kwargs):
+        """Decode a whole answer; same tokens as plain decoding, in fewer forwards. A list of prompts (texts,
+        message lists or id lists) is decoded together by generate_many and gives a list of results."""
+        if _is_batch(prompt):
+            return self.generate_many(prompt, config, **kwargs)
         *_, result = self.stream_steps(prompt, config, **kwargs)
         return result
+
+
+class SequenceOutput:
+    """What one sequence has produced so far: its final text, token ids, logprobs and stats."""
+
+    def __init__(self, engine: Engine, prompt_ids: list[int], cfg: GenerationConfig):
+        self.text = TextStream(engine.tokenizer, cfg.stop, cfg.stop_ids(engine.eos_ids))
+        self.stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
+        self.logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
+        self.start = time.perf_counter()
+
+    def add(self, record: StepRecord) -> str:
+        """Take one step's tokens; returns the text that became final."""
+        stats = self.stats
+        if not self.text.ids:
+            stats.prefill_s = time.perf_counter() - self.start
+        else:
+            stats.accept_lengths.append(record.accepted)
+            stats.tree_nodes += record.tree_size
+            stats.draft_s += record.draft_s
+            stats.verify_s += record.verify_s
+        stats.steps.append({"tokens": record.tokens, "sources": record.sources})
+        if self.logprobs is not None:
+            self.logprobs.extend(record.logprobs)
+        return self.text.push(record.tokens)
+
+    def finish(self, forwards: int, drafting: Drafting | None) -> tuple[str, GenerationResult]:
+        """Decoding ended after `forwards` verification forwards: the held-back text and the result."""
+        tail = self.text.close()  # text held back in case a stop string began there
+        stats = self.stats
+        stats.wall_s = time.perf_counter() - self.start
+        stats.forwards = forwards
+        stats.new_tokens = len(self.text.ids)
+        if drafting:
+            stats.window = drafting.controller.summary()
+            stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
+        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, self.logprobs)
+
+
+def _is_batch(prompt) -> bool:
+    """A list of prompts, as opposed to one prompt given as token ids or as chat messages."""
+    return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
 
 
 def _merge_config(config: GenerationConfig | None, overrides: dict) -> GenerationConfig:

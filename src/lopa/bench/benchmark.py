@@ -127,6 +127,8 @@ def run_benchmark(engine, opts: BenchOptions) -> dict:
             "multi_turn": opts.multi_turn,
             "max_new_tokens": None if opts.lopa_table or opts.scenarios else opts.max_new_tokens,
             "lopa_table": bool(opts.lopa_table or opts.scenarios),
+            "draft_model": engine.draft.draft_model,
+            "draft_dtype": engine.draft.draft_model_dtype,
             "methods": opts.methods,
             "versions": _versions(),
         },

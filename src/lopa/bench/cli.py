@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..diffusion import cli as diffusion_cli
 from ..errors import InvalidRequestError
+from . import batch
 from .data import LOPA_SCENARIOS
 from .methods import ALL_METHODS, parse_methods
 
@@ -43,6 +44,19 @@ def register(subparsers) -> None:
     p.add_argument("--dllm", default=None, metavar="PATH", help="benchmark a diffusion LM instead (see lopa.diffusion)")
     diffusion_cli.add_dllm_options(p)
     p.set_defaults(func=run)
+
+    b = subparsers.add_parser(
+        "bench-batch", help="offline batch inference: generate([...]) against sequential generate() calls",
+        description="Decode the first N prompts of --data one by one and together, interleaved; outputs must match.",
+    )
+    lopa_cli.add_model_options(b)
+    b.add_argument("--data", default=None, help="Spec-Bench JSONL (default: the built-in set)")
+    b.add_argument("--prompts", type=int, default=16, help="how many prompts (the file's first)")
+    b.add_argument("--max-new-tokens", type=int, default=128)
+    b.add_argument("--max-batch", type=int, default=16)
+    b.add_argument("--repeats", type=int, default=2, help="rounds of sequential then batched")
+    b.add_argument("--out", default=None, metavar="DIR", help="write results.json here")
+    b.set_defaults(func=batch.run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: config.draft_model, config.draft_dtype
 NUM = (int, float)
 
 
@@ -93,6 +93,8 @@ RESULTS = {
         "multi_turn": bool,
         "max_new_tokens": Nullable(int),
         "lopa_table": bool,
+        "draft_model": Nullable(str),
+        "draft_dtype": Nullable(str),
         "methods": ListOf(str),
         "versions": MapOf(str),
     },

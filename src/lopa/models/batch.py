@@ -40,11 +40,12 @@ class BatchRunner(Runner):
     def _view(self, lo: int, hi: int, length: int) -> TreeKVCache:
         return TreeKVCache.over([(k[lo:hi], v[lo:hi]) for k, v in self.buffers], length)
 
-    def prefill_slot(self, slot: int, ids: torch.Tensor) -> ForwardOutput:
-        """Feed a prompt into `slot` (single-sequence path) and return its last position's logits."""
-        self.cache = self._view(slot, slot + 1, 0)
+    def prefill_slot(self, slot: int, ids: torch.Tensor, start: int = 0) -> ForwardOutput:
+        """Feed prompt tokens into `slot` after its first `start` rows (a chunk of a long prompt continues
+        where the last one ended; 0 starts a new prompt) and return the last position's logits."""
+        self.cache = self._view(slot, slot + 1, start)
         out = self.prefill(ids)
-        self.lengths[slot] = ids.numel()
+        self.lengths[slot] = start + ids.numel()
         self.cache = None
         return out
 

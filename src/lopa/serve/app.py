@@ -44,6 +44,7 @@ class ServeOptions:
     max_context: int = 2048  # KV rows per batch slot: prompt + max_tokens + one tree
     parallel: bool = True  # False: batched plain decoding (method "ar"), for comparison
     batch_nodes: int = 64  # draft-tree nodes one batched forward may hold, shared by its rows
+    prefill_chunk: int = 64  # longer prompts are prefilled this many tokens per scheduler step (chunked prefill)
     drain_s: float = 30.0  # how long SIGTERM waits for running requests
     max_body_bytes: int = 8 << 20  # larger request bodies get 413 before they are read
     docs: bool = False  # serve /docs and /openapi.json (off: they are open without a key and load a CDN script)
@@ -81,7 +82,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
     capacity = min(options.max_context, engine.runner.max_positions)
     runner = BatchRunner(engine.model, options.max_batch, capacity)
     runner.hidden_layers = engine.runner.hidden_layers  # the features a predictor drafts from
-    scheduler = Scheduler(engine, runner, options.max_queue, options.batch_nodes)
+    scheduler = Scheduler(engine, runner, options.max_queue, options.batch_nodes, options.prefill_chunk)
     model_name = engine.loaded.name
     budget = engine.draft.node_budget + 2
 

@@ -33,7 +33,13 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--rounds", type=int, default=2, help="requests per client at each level")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--modes", default=",".join(MODES), help="servers to compare: lopa, plain, serial")
-    p.add_argument("--load-seconds", type=float, default=60.0, help="load run length (0: none); lopa server, 8 clients")
+    p.add_argument("--load-seconds", type=float, default=60.0,
+                   help="soak length (0: none): lopa server, --load-clients clients streaming, not streaming and leaving")
+    p.add_argument("--load-clients", type=int, default=16)
+    p.add_argument("--long-prompt", type=int, default=4000, metavar="TOKENS",
+                   help="time to first token of a short request while a prompt this long is admitted, with chunked "
+                   "prefill and without (0: skip)")
+    p.add_argument("--probes", type=int, default=5, help="short requests timed idle and during each long prompt")
     p.add_argument("--out", default="bench-serve", help="directory for results.json and tokens_per_s.png")
     p.add_argument("--start-timeout", type=float, default=300.0)
     p.set_defaults(func=run_bench)
@@ -92,25 +98,38 @@ class ServerProcess:
         self.stop()
 
 
-async def one_request(client, url: str, prompt: str, max_tokens: int) -> dict:
-    """Stream one greedy chat completion; returns ttft, latency, tokens, or an error."""
-    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0, "stream": True}
+CLIENT_KINDS = ("stream", "full", "leave")  # streamed, not streamed, and streamed but gone after the first text
+
+
+async def one_request(client, url: str, prompt: str, max_tokens: int, kind: str = "stream") -> dict:
+    """One greedy chat completion; returns ttft, latency, tokens, or an error. `kind` "leave" closes the stream
+    after the first piece of text, as a client that goes away mid-answer."""
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0,
+            "stream": kind != "full"}
     start = time.perf_counter()
     ttft, tokens = None, 0
     try:
-        async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        if kind == "full":
+            resp = await client.post(url + "/v1/chat/completions", json=body)
             if resp.status_code != 200:
                 return {"error": f"HTTP {resp.status_code}"}
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if "error" in chunk:
-                    return {"error": chunk["error"]["message"]}
-                if ttft is None and chunk["choices"][0].get("delta", {}).get("content"):
-                    ttft = time.perf_counter() - start
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
+            tokens = resp.json()["usage"]["completion_tokens"]
+        else:
+            async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    return {"error": f"HTTP {resp.status_code}"}
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    chunk = json.loads(line[6:])
+                    if "error" in chunk:
+                        return {"error": chunk["error"]["message"]}
+                    if ttft is None and chunk["choices"][0].get("delta", {}).get("content"):
+                        ttft = time.perf_counter() - start
+                        if kind == "leave":
+                            break
+                    if chunk.get("usage"):
+                        tokens = chunk["usage"]["completion_tokens"]
     except Exception as exc:  # count transport failures, keep benchmarking
         return {"error": repr(exc)}
     return {"ttft": ttft if ttft is not None else time.perf_counter() - start, "latency": time.perf_counter() - start, "tokens": tokens}
@@ -148,17 +167,19 @@ async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max
     }
 
 
-def _rss(url: str) -> float:
+def _metric(url: str, name: str) -> float:
+    """One unlabelled value from the server's /metrics."""
     import httpx
 
     for line in httpx.get(url + "/metrics", timeout=5.0).text.splitlines():
-        if line.startswith("process_resident_memory_bytes "):
+        if line.startswith(name + " "):
             return float(line.split()[1])
     return float("nan")
 
 
 async def load_run(url: str, prompts: list[str], clients: int, seconds: float, max_tokens: int) -> dict:
-    """Keep `clients` busy for `seconds`; count failures and sample server memory every few seconds."""
+    """Keep `clients` busy for `seconds`, each client of one kind in turn (CLIENT_KINDS); count failures,
+    sample the server's resident memory, and check that no request still holds a slot afterwards."""
     import httpx
 
     deadline = time.monotonic() + seconds
@@ -167,29 +188,73 @@ async def load_run(url: str, prompts: list[str], clients: int, seconds: float, m
 
     async def sampler():
         while time.monotonic() < deadline:
-            samples.append((time.monotonic() - start, await asyncio.to_thread(_rss, url)))
+            rss = await asyncio.to_thread(_metric, url, "process_resident_memory_bytes")
+            samples.append((time.monotonic() - start, rss))
             await asyncio.sleep(min(5.0, seconds / 10))
 
     async with httpx.AsyncClient(timeout=600.0) as client:
         async def worker(w: int) -> list[dict]:
-            out, i = [], w
+            out, i, kind = [], w, CLIENT_KINDS[w % len(CLIENT_KINDS)]
             while time.monotonic() < deadline:
-                out.append(await one_request(client, url, prompts[i % len(prompts)], max_tokens))
+                out.append(await one_request(client, url, prompts[i % len(prompts)], max_tokens, kind) | {"kind": kind})
                 i += clients
             return out
 
         results, _ = await asyncio.gather(asyncio.gather(*(worker(w) for w in range(clients))), sampler())
     flat = [r for rs in results for r in rs]
+    settle = time.monotonic() + 15  # a client that just left is reaped at the scheduler's next step
+    while (running := _metric(url, "lopa_active_requests") + _metric(url, "lopa_queue_depth")) and time.monotonic() < settle:
+        await asyncio.sleep(0.2)
     half = [m for t, m in samples if t >= seconds / 2]
     return {
         "seconds": seconds,
         "clients": clients,
-        "requests": len(flat),
+        "requests": {kind: sum(r["kind"] == kind for r in flat) for kind in CLIENT_KINDS},
         "failed": sum("error" in r for r in flat),
         "errors": sorted({r["error"] for r in flat if "error" in r})[:5],
+        "running_after": running,
         "rss_mb": [(round(t, 1), round(m / 2**20, 1)) for t, m in samples],
-        "rss_growth_second_half_mb": (max(half) - half[0]) / 2**20 if half else float("nan"),
+        "rss_growth_second_half_pct": 100 * (max(half) - half[0]) / half[0] if half else float("nan"),
     }
+
+
+async def prefill_interference(url: str, short: str, long: str, probes: int) -> dict:
+    """Time to first token of a short request when idle, and while a long prompt is being admitted (each
+    probe starts a new long request and sends the short one just after it)."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=600.0) as client:
+        idle = [(await one_request(client, url, short, 4))["ttft"] for _ in range(probes)]
+        loaded = []
+        for _ in range(probes):
+            body = {"prompt": long, "max_tokens": 1, "temperature": 0}
+            background = asyncio.create_task(client.post(url + "/v1/completions", json=body))
+            await asyncio.sleep(0.05)  # the long prompt is admitted first
+            loaded.append((await one_request(client, url, short, 4))["ttft"])
+            status = (await background).status_code
+            if status != 200:
+                raise RuntimeError(f"the long prompt got HTTP {status}")
+    return {
+        "ttft_idle_s": statistics.median(idle),
+        "ttft_during_long_prefill_s": statistics.median(loaded),
+        "ratio": statistics.median(loaded) / statistics.median(idle),
+        "probes": probes,
+    }
+
+
+def long_text(model: str | None, prompts: list[str], tokens: int) -> str:
+    """Prompts joined and cut to `tokens` tokens of the model's tokenizer (as raw completion text)."""
+    from transformers import AutoTokenizer
+
+    from ..models.loading import resolve_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(model)[1])
+    ids: list[int] = []
+    for i in range(len(prompts) * 100):
+        if len(ids) >= tokens:
+            break
+        ids += tokenizer(prompts[i % len(prompts)] + "\n", add_special_tokens=False).input_ids
+    return tokenizer.decode(ids[:tokens])
 
 
 def plot(results: dict, path: Path) -> None:
@@ -232,10 +297,23 @@ def run_bench(args: argparse.Namespace) -> int:
                       f"p99 {level['ttft_p99']:.2f}s  latency p50 {level['latency_p50']:.2f}s p99 {level['latency_p99']:.2f}s  "
                       f"failed {level['failed']}", flush=True)
             if mode == "lopa" and args.load_seconds > 0:
-                load = asyncio.run(load_run(server.url, prompts, min(8, max(levels)), args.load_seconds, args.max_tokens))
+                load = asyncio.run(load_run(server.url, prompts, args.load_clients, args.load_seconds, args.max_tokens))
                 results["load"] = load
-                print(f"load run: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
-                      f"RSS growth over the second half {load['rss_growth_second_half_mb']:.1f} MB", flush=True)
+                print(f"soak: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
+                      f"{load['running_after']:g} still running after, RSS growth over the second half "
+                      f"{load['rss_growth_second_half_pct']:.1f} %", flush=True)
+    if args.long_prompt > 0:
+        results["prefill"] = {}
+        long = long_text(args.model, prompts, args.long_prompt)
+        for name, chunk in (("chunked", []), ("unchunked", ["--prefill-chunk", str(1 << 30)])):
+            extra = ["--max-context", str(args.long_prompt + 1024), *chunk]
+            with ServerProcess(extra, args.model, 2, args.start_timeout) as server:
+                asyncio.run(run_level(server.url, prompts, 1, 1, 8))  # warm-up
+                probe = asyncio.run(prefill_interference(server.url, prompts[0], long, args.probes))
+            results["prefill"][name] = probe
+            print(f"prefill {name:9s}: short request ttft {probe['ttft_idle_s']:.3f} s idle, "
+                  f"{probe['ttft_during_long_prefill_s']:.3f} s during a {args.long_prompt}-token prompt "
+                  f"({probe['ratio']:.2f}x)", flush=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     plot(results, out / "tokens_per_s.png")
     print(f"wrote {out / 'results.json'} and {out / 'tokens_per_s.png'}")

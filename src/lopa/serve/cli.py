@@ -25,6 +25,8 @@ def register(subparsers) -> None:
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request, queueing included")
     serve.add_argument("--max-context", type=int, default=2048, help="KV rows per batch slot (prompt + max_tokens + tree)")
     serve.add_argument("--batch-nodes", type=int, default=64, help="draft-tree nodes per batched forward, shared by its rows")
+    serve.add_argument("--prefill-chunk", type=int, default=64, metavar="N",
+                       help="prompts longer than N tokens are prefilled N tokens per step, between the running batch's steps")
     serve.add_argument("--no-parallel", action="store_true", help="batched plain decoding (one token per step), for comparison")
     serve.add_argument("--drain", type=float, default=30.0, help="seconds SIGTERM waits for running requests")
     serve.set_defaults(func=run_serve)
@@ -61,8 +63,11 @@ def run_serve(args: argparse.Namespace) -> int:
     from ..errors import InvalidRequestError
     from .app import DrainingServer, ServeOptions, create_app
 
-    if args.max_batch < 1 or args.max_queue < 1 or args.timeout <= 0 or args.batch_nodes < 1 or args.max_body_mb <= 0:
-        raise InvalidRequestError("--max-batch, --batch-nodes and --max-queue must be >= 1, --timeout and --max-body-mb > 0")
+    counts = (args.max_batch, args.max_queue, args.batch_nodes, args.prefill_chunk)
+    if min(counts) < 1 or args.timeout <= 0 or args.max_body_mb <= 0:
+        raise InvalidRequestError(
+            "--max-batch, --batch-nodes, --max-queue and --prefill-chunk must be >= 1, --timeout and --max-body-mb > 0"
+        )
     api_key = api_key_from(args)
     if args.compile:
         raise InvalidRequestError("--compile applies to single-sequence decoding; the server's batch runner runs eager")
@@ -75,6 +80,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_context=args.max_context,
         parallel=not args.no_parallel,
         batch_nodes=args.batch_nodes,
+        prefill_chunk=args.prefill_chunk,
         drain_s=args.drain,
         max_body_bytes=int(args.max_body_mb * 2**20),
         docs=args.docs,

@@ -2,9 +2,11 @@
 
 Each step it (1) drops requests whose client left or whose time ran out, (2) admits
 waiting requests into free batch slots, preferring prompts close in length to the
-running ones (less padding in the shared KV columns), prefilling each, then (3) asks
-every running sequence for its draft tree, verifies all trees in one batched forward and
-lets each sequence accept its own tokens. Requests join and leave between steps
+running ones (less padding in the shared KV columns), prefilling each, (3) feeds one
+chunk of a long prompt (chunked prefill: a newcomer's long prompt goes in piece by piece
+in the last slot, so the running streams and short newcomers wait one chunk, not the whole
+prompt), then (4) asks every running sequence for its draft tree, verifies all trees in one
+batched forward and lets each sequence accept its own tokens. Requests join and leave between steps
 (continuous batching). The node budget of one forward is shared between the rows, so a
 full batch drafts small trees and a lone request drafts a full one.
 """
@@ -21,9 +23,11 @@ from typing import Callable
 import torch
 
 from ..config import GenerationConfig
+from ..decode.batch import step_batch
 from ..decode.loop import SequenceDecoder
 from ..decode.sampling import TokenLogprob
 from ..models.batch import BatchRunner
+from ..models.runner import ForwardOutput
 from ..text import TextStream, token_pieces
 from .metrics import ServerMetrics
 
@@ -54,7 +58,7 @@ class Event:
     logprobs: list[TokenLogprob] | None = None  # the step's tokens', when the request asked for them
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself: compared (in the queue) by identity
 class Job:
     prompt: list[int]
     cfg: GenerationConfig
@@ -66,6 +70,8 @@ class Job:
     seq: SequenceDecoder | None = None
     text: TextStream | None = None
     first_at: float | None = None
+    prefilled: int = 0  # prompt tokens already in the KV cache
+    prefill_layers: list[torch.Tensor] = field(default_factory=list)  # the chunks' hidden_layers, for a predictor
 
     @property
     def expired(self) -> bool:
@@ -73,17 +79,19 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, engine, runner: BatchRunner, max_queue: int, batch_nodes: int):
+    def __init__(self, engine, runner: BatchRunner, max_queue: int, batch_nodes: int, prefill_chunk: int):
         self.engine = engine
         self.runner = runner
         self.max_batch = runner.slots
         self.max_queue = max_queue
         self.batch_nodes = batch_nodes
+        self.prefill_chunk = prefill_chunk  # longer prompts are fed this many tokens per scheduler step
         self.pending: deque[Job] = deque()
         self.active: list[Job] = []  # job i decodes in batch slot i
+        self.staged: Job | None = None  # a long prompt being prefilled, a chunk per step, in the last slot
         self.cond = threading.Condition()
         self.closing = False
-        self.metrics = ServerMetrics(lambda: len(self.pending), lambda: len(self.active))
+        self.metrics = ServerMetrics(lambda: len(self.pending), lambda: len(self._running()))
         self.thread = threading.Thread(target=self._loop, name="lopa-scheduler", daemon=True)
         self.failure: str | None = None  # why the engine cannot continue (then /health answers 503)
         self.on_failure: Callable[[str], None] | None = None  # the server drains and exits non-zero
@@ -122,13 +130,14 @@ class Scheduler:
         try:
             while True:
                 with self.cond:
-                    while not self.pending and not self.active and not self.closing:
+                    while not self.pending and not self._running() and not self.closing:
                         self.cond.wait()
-                    if self.closing and not self.pending and not self.active:
+                    if self.closing and not self.pending and not self._running():
                         return
                 try:
                     self._reap()
                     self._admit()
+                    self._prefill_staged()
                     if self.active:
                         self._step()
                 except Exception as exc:  # bookkeeping failed: the running batch's state is unknown
@@ -139,8 +148,12 @@ class Scheduler:
         except BaseException as exc:  # never die silently: a dead loop would leave every handler waiting
             self._give_up(f"the scheduler stopped: {exc!r}")
 
+    def _running(self) -> list[Job]:
+        """The jobs holding a slot: decoding ones and the staged one."""
+        return self.active + ([self.staged] if self.staged else [])
+
     def _fail_active(self, error: str) -> None:
-        jobs, self.active = self.active, []
+        jobs, self.active, self.staged = self._running(), [], None
         for job in jobs:
             self._end(job, "error", error)
 
@@ -148,9 +161,9 @@ class Scheduler:
         with self.cond:
             self.failure, self.closing = reason, True
             waiting, self.pending = list(self.pending), deque()
-        for job in [*self.active, *waiting]:
+        for job in [*self._running(), *waiting]:
             self._end(job, "error", f"the engine failed: {reason}")
-        self.active = []
+        self.active, self.staged = [], None
         if self.on_failure is not None:
             self.on_failure(reason)
 
@@ -167,45 +180,87 @@ class Scheduler:
             if job.cancelled or job.expired:
                 self._release(slot)
                 self._end(job, "cancelled" if job.cancelled else "timeout")
+        job = self.staged
+        if job is not None and (job.cancelled or job.expired):
+            self.staged = None
+            self._end(job, "cancelled" if job.cancelled else "timeout")
 
-    def _pick(self) -> Job:
-        """The oldest request if it waited long, else the one closest in length to the running batch."""
+    def _long(self, job: Job) -> bool:
+        return len(job.prompt) > self.prefill_chunk
+
+    def _pick(self) -> Job | None:
+        """The oldest request if it waited long, else the one closest in length to the running batch;
+        while a long prompt is staged, only short ones (None if there are none)."""
         with self.cond:
+            window = [j for j in list(self.pending)[:LOOKAHEAD] if self.staged is None or not self._long(j)]
+            if not window:
+                return None
             oldest = self.pending[0]
-            if not self.active or time.monotonic() - oldest.arrived > STARVATION_S:
-                self.pending.popleft()
-                return oldest
-            target = statistics.median(self.runner.lengths[: len(self.active)])
-            window = list(self.pending)[:LOOKAHEAD]
-            job = min(window, key=lambda j: abs(len(j.prompt) - target))
+            if oldest in window and (not self.active or time.monotonic() - oldest.arrived > STARVATION_S):
+                job = oldest
+            else:
+                target = statistics.median(self.runner.lengths[: len(self.active)]) if self.active else 0
+                job = min(window, key=lambda j: abs(len(j.prompt) - target))
             self.pending.remove(job)
             return job
 
     def _admit(self) -> None:
-        while len(self.active) < self.max_batch and self.pending:
+        """Give waiting requests the free slots: a short prompt is prefilled now, a long one is staged."""
+        while len(self._running()) < self.max_batch and self.pending:
             job = self._pick()
+            if job is None:
+                return
             try:
                 drafting = self.engine.new_drafting() if job.cfg.method == "lopa" else None
                 job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, drafting)
                 job.text = TextStream(self.engine.tokenizer, job.cfg.stop, job.seq.eos_ids)
-                slot = len(self.active)
-                out = self.runner.prefill_slot(slot, torch.tensor(job.prompt))
-                self.metrics.prompt_tokens.inc(len(job.prompt))
-                self._deliver(job, job.seq.first(out.logits, out.layers))
+                if self._long(job):
+                    self.staged = job
+                else:
+                    self._start(job, len(self.active), self._feed(job, len(self.active)))
             except Exception as exc:  # one bad request must not take the others down
                 self._end(job, "error", str(exc))
-                continue
-            if self._finished(job):
-                self._end(job, "ok")
-            else:
-                self.active.append(job)
+
+    def _prefill_staged(self) -> None:
+        """Feed the staged long prompt's next chunk; once it is all in, it decodes with the others."""
+        job, slot = self.staged, self.max_batch - 1
+        if job is None:
+            return
+        try:
+            out = self._feed(job, slot)
+            if out is not None:
+                self.staged = None
+                self._start(job, slot, out)
+        except Exception as exc:
+            self.staged = None
+            self._end(job, "error", str(exc))
+
+    def _feed(self, job: Job, slot: int) -> ForwardOutput | None:
+        """Feed the next chunk of the job's prompt into `slot`; the last chunk's output, else None."""
+        chunk = job.prompt[job.prefilled : job.prefilled + self.prefill_chunk]
+        out = self.runner.prefill_slot(slot, torch.tensor(chunk), job.prefilled)
+        job.prefilled += len(chunk)
+        if out.layers is not None:
+            job.prefill_layers.append(out.layers)
+        return out if job.prefilled == len(job.prompt) else None
+
+    def _start(self, job: Job, slot: int, out: ForwardOutput) -> None:
+        """The prompt is in `slot`: emit the first token, and decode on in the next batch slot unless done."""
+        layers = torch.cat(job.prefill_layers) if job.prefill_layers else None
+        job.prefill_layers = []
+        self.metrics.prompt_tokens.inc(len(job.prompt))
+        self._deliver(job, job.seq.first(out.logits, layers))
+        if self._finished(job):
+            self._end(job, "ok")
+            return
+        if slot != len(self.active):
+            self.runner.move(slot, len(self.active))
+        self.active.append(job)
 
     def _step(self) -> None:
         jobs = list(self.active)
-        share = max(1, self.batch_nodes // len(jobs))
         try:
-            trees = [job.seq.tree(share) for job in jobs]
-            outs = self.runner.verify([tree.tensors() for tree in trees])
+            results = step_batch(self.runner, [job.seq for job in jobs], self.batch_nodes)
         except Exception as exc:
             self.failed_steps, self.last_error = self.failed_steps + 1, repr(exc)
             self._fail_active(str(exc))
@@ -214,11 +269,11 @@ class Scheduler:
         self.metrics.batches.inc()
         self.metrics.batch_size.observe(len(jobs))
         done = []
-        for slot, (job, tree, out) in enumerate(zip(jobs, trees, outs)):
+        for slot, (job, result) in enumerate(zip(jobs, results)):
             try:
-                record, path = job.seq.advance(tree, out)
-                self.runner.commit_row(slot, path)
-                self._deliver(job, record)
+                if isinstance(result, Exception):
+                    raise result
+                self._deliver(job, result)
             except Exception as exc:
                 done.append((slot, "error", str(exc)))
                 continue

@@ -1,0 +1,47 @@
+"""Offline batch inference through the batched decoding step: engine.generate([...]) gives each prompt exactly
+what generating it alone gives, and one Engine refuses a second concurrent stream instead of corrupting both."""
+
+from __future__ import annotations
+
+import pytest
+
+from lopa import Engine
+from lopa.errors import InvalidRequestError
+
+from .prompts import ALL
+
+PROMPTS = [p.text for p in ALL[:8]]
+
+
+def test_a_batch_of_eight_equals_each_prompt_alone(engine: Engine) -> None:
+    alone = [engine.generate(p, max_new_tokens=40) for p in PROMPTS]
+    together = engine.generate(PROMPTS, max_new_tokens=40, max_batch=3)  # slots are reused as prompts finish
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert sum(r.stats.forwards for r in together) < sum(r.stats.new_tokens for r in together)  # drafts accepted
+    for result in together:
+        assert result.stats.tokens_per_forward == pytest.approx(result.stats.new_tokens / (result.stats.forwards + 1))
+
+
+def test_a_batch_honours_stop_strings_logprobs_and_plain_decoding(engine: Engine) -> None:
+    prompts = PROMPTS[:3]
+    kwargs = {"max_new_tokens": 24, "stop": ["."], "logprobs": 1}
+    alone = [engine.generate(p, **kwargs) for p in prompts]
+    together = engine.generate_many(prompts, **kwargs)
+    assert [(r.text, r.finish_reason) for r in together] == [(r.text, r.finish_reason) for r in alone]
+    for a, b in zip(together, alone):
+        assert [x.logprob for x in a.logprobs] == pytest.approx([x.logprob for x in b.logprobs], abs=1e-4)
+    plain = engine.generate(prompts, max_new_tokens=16, method="ar")
+    assert all(r.stats.forwards == r.stats.new_tokens - 1 for r in plain if r.finish_reason == "length")
+    assert engine.generate_many([]) == []
+
+
+def test_a_second_stream_on_one_engine_is_refused_not_corrupted(engine: Engine) -> None:
+    first = engine.stream(PROMPTS[0], max_new_tokens=24)
+    head = next(first)
+    with pytest.raises(InvalidRequestError, match="already decoding"):
+        next(engine.stream(PROMPTS[1], max_new_tokens=8))
+    rest = "".join(first)  # the first stream is unharmed
+    assert head + rest == engine.generate(PROMPTS[0], max_new_tokens=24).text
+    first.close()
+    assert engine.generate(PROMPTS[1], max_new_tokens=8).text  # free again once the stream ended
