@@ -116,6 +116,11 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
     async def _http(request: Request, exc: HTTPException):
         return _error(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500 else "server_error")
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        """A bug, not the client's fault: still a JSON body, and the server goes on."""
+        return _error(500, f"internal error: {exc!r}", "server_error")
+
     @app.middleware("http")
     async def _auth(request: Request, call_next):
         if options.api_key and request.url.path.startswith("/v1/"):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Callable, Literal
+from typing import Annotated, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ..config import MAX_LOGPROBS
 from ..decode.sampling import TokenLogprob
@@ -25,6 +25,18 @@ UNSUPPORTED = {
     "response_format": (None, {"type": "text"}), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
     "parallel_tool_calls": (None, False, True), "prediction": (None,),
 }
+
+
+def _utf8(text: str) -> str:
+    """JSON may carry lone surrogates ("\\ud800") that no UTF-8 tokenizer can take: refuse them here."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"not valid Unicode text (a lone surrogate at character {exc.start})") from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_utf8)]
 
 
 class UnsupportedField(ValueError):
@@ -48,7 +60,7 @@ class _Request(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     min_tokens: int = Field(0, ge=0)  # vLLM's extra parameter: no end-of-sequence before this many tokens
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     seed: int | None = Field(None, ge=-INT64, lt=INT64)
     stream: bool = False
     stream_options: dict | None = None  # {"include_usage": true}: the final chunk carries usage (it always does)
@@ -75,7 +87,7 @@ class _Request(BaseModel):
 
 class Message(BaseModel):
     role: Literal["system", "user", "assistant", "developer"]
-    content: str = Field(max_length=MAX_CONTENT_CHARS)
+    content: Text = Field(max_length=MAX_CONTENT_CHARS)
 
     def for_template(self) -> dict:
         """OpenAI's `developer` role is the `system` role of chat templates."""
@@ -103,7 +115,7 @@ class ChatRequest(_Request):
 
 
 class CompletionRequest(_Request):
-    prompt: str | list[str] = Field(max_length=MAX_CONTENT_CHARS)
+    prompt: Text | list[Text] = Field(max_length=MAX_CONTENT_CHARS)
     logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)  # the legacy API's: top alternatives
 
     def limit(self) -> int | None:
