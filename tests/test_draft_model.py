@@ -41,7 +41,7 @@ def noisy_copy(model: torch.nn.Module, scale: float, seed: int = 1) -> torch.nn.
 def run(model, drafter: DraftModelDrafter | None, new_tokens: int = 40, **cfg) -> list:
     drafting = None
     if drafter is not None:
-        drafting = Drafting([drafter], WindowController(6, 16, CostModel.flat()), DraftConfig(tau=0.01))
+        drafting = Drafting([drafter], WindowController(6, CostModel.flat()), DraftConfig(tau=0.01))
     config = GenerationConfig(max_new_tokens=new_tokens, **cfg)
     return list(decode(Runner(model), PROMPT, config, set(), drafting))
 

@@ -55,7 +55,7 @@ def run_drafted(model, predictor, prompt, cfg: GenerationConfig):
     drafter = PredictorDrafter(predictor)
     runner = Runner(model)
     runner.hidden_layers = drafter.hidden_layers
-    drafting = Drafting([drafter], WindowController(4, 16, CostModel.flat()), DraftConfig())
+    drafting = Drafting([drafter], WindowController(4, CostModel.flat()), DraftConfig())
     records = list(decode(runner, prompt, cfg, set(), drafting))
     return [t for r in records for t in r.tokens], sum(r.accepted for r in records)
 

@@ -13,14 +13,13 @@ from lopa.models.runner import Runner
 
 def random_tree(root: int, size: int, vocab: int, seed: int) -> DraftTree:
     gen = torch.Generator().manual_seed(seed)
-    tree = DraftTree([root], [-1], [0], ["root"], [1.0], [[]])
+    tree = DraftTree([root], [-1], [0], ["root"], [[]])
     for i in range(1, size):
         parent = int(torch.randint(0, i, (1,), generator=gen))
         tree.tokens.append(int(torch.randint(0, vocab, (1,), generator=gen)))
         tree.parents.append(parent)
         tree.depths.append(tree.depths[parent] + 1)
         tree.sources.append("test")
-        tree.probs.append(0.5)
         tree.children.append([])
         tree.children[parent].append(i)
     return tree

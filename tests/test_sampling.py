@@ -111,7 +111,7 @@ def sample_answers(model, prompt: list[int], seeds: range, drafter: Drafter | No
         cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=seed)
         drafting = None
         if drafter is not None:
-            drafting = Drafting([drafter], WindowController(4, 16, CostModel.flat()), DraftConfig(tau=0.01))
+            drafting = Drafting([drafter], WindowController(4, CostModel.flat()), DraftConfig(tau=0.01))
         records = list(decode(runner, prompt, cfg, set(), drafting))
         accepted += sum(r.accepted for r in records)
         fewest_steps = min(fewest_steps, len(records) - 1)  # the first record is the prefill's token
@@ -164,7 +164,7 @@ def test_subtly_wrong_acceptance_rule_is_detected(tiny, monkeypatch) -> None:
 
 def test_recursive_rejection_is_exact_on_a_fixed_tree() -> None:
     # root -> {0, 1}; node 1 -> {2}. Target distributions differ per node.
-    tree = DraftTree([9, 0, 1, 2], [-1, 0, 0, 2], [0, 1, 1, 2], ["root", "t", "t", "t"], [1, 0.5, 0.5, 0.5], [[1, 2], [], [3], []])
+    tree = DraftTree([9, 0, 1, 2], [-1, 0, 0, 2], [0, 1, 1, 2], ["root", "t", "t", "t"], [[1, 2], [], [3], []])
     probs = torch.tensor([[0.2, 0.5, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25], [0.1, 0.1, 0.1, 0.7], [0.4, 0.3, 0.2, 0.1]])
     gen = torch.Generator().manual_seed(0)
     first = Counter()

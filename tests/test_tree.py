@@ -64,22 +64,22 @@ def test_greedy_acceptance_walks_the_matching_path() -> None:
 
 def test_cost_model_keeps_only_nodes_that_pay_for_themselves() -> None:
     cpu = CostModel({1: 0.06, 4: 0.09, 8: 0.15})
-    control = WindowController(k_max=8, node_budget=32, cost=cpu)
+    control = WindowController(k_max=8, cost=cpu)
     assert control.choose_size([0.1]) == 0  # 1.1 tokens for 1.17x the cost: not worth it
     assert control.choose_size([0.9, 0.8, 0.7, 0.05]) == 3
-    assert WindowController(8, 32, CostModel.flat()).choose_size([0.01] * 5) == 5
+    assert WindowController(8, CostModel.flat()).choose_size([0.01] * 5) == 5
 
 
 def test_stepwise_cost_model_charges_the_padded_size() -> None:
     padded = CostModel({1: 0.03, 4: 0.04, 8: 0.05}, stepwise=True)
     assert padded(2) == padded(4) == 0.04 and padded(5) == 0.05
     assert CostModel({1: 0.03, 4: 0.04, 8: 0.05})(2) < 0.04  # interpolated when nothing is padded
-    control = WindowController(k_max=8, node_budget=32, cost=padded)
+    control = WindowController(k_max=8, cost=padded)
     assert control.choose_size([0.5, 0.4, 0.3, 0.01, 0.01]) == 3  # a 4-node tree costs what 2 nodes cost
 
 
 def test_window_follows_the_lopa_perplexity_rule() -> None:
-    control = WindowController(k_max=6, node_budget=32, cost=CostModel.flat(), window=3)
+    control = WindowController(k_max=6, cost=CostModel.flat(), window=3)
     for step, ppl in enumerate([2.0] * 4 + [1.5] * 4):
         control.update(step, 4, [-math.log(ppl)])
     assert control.window == 4  # perplexity fell by 0.5 > 0.15

@@ -257,7 +257,7 @@ class Engine:
             )
         if c.draft_model is not None:
             drafters.append(DraftModelDrafter(Runner(self.draft_model), c.draft_depth, c.draft_alternatives))
-        controller = WindowController(c.max_depth, c.node_budget, self.cost_model, c.dynamic_window)
+        controller = WindowController(c.max_depth, self.cost_model, c.dynamic_window)
         return Drafting(drafters, controller, c)
 
     def _check(self, prompt_ids: list[int], cfg: GenerationConfig) -> None:

@@ -46,7 +46,6 @@ class CostModel:
 @dataclass
 class WindowController:
     k_max: int
-    node_budget: int
     cost: CostModel
     dynamic: bool = True
     window: int = 0  # the LoPA window k; starts at k_max

@@ -54,7 +54,6 @@ class DraftTree:
     parents: list[int]
     depths: list[int]
     sources: list[str]
-    probs: list[float]  # path probability: P(node accepted), from the drafters' confidences
     children: list[list[int]]  # per node, ranked by path score (the order sampling tries them)
 
     @property
@@ -97,7 +96,7 @@ class DraftTree:
 
 
 def root_only(root: int) -> DraftTree:
-    return DraftTree([root], [-1], [0], ["root"], [1.0], [[]])
+    return DraftTree([root], [-1], [0], ["root"], [[]])
 
 
 def _repetitions(tokens: list[int]) -> int:
@@ -185,7 +184,6 @@ def build_tree(
         tree.parents.append(parent)
         tree.depths.append(node.depth)
         tree.sources.append(node.source)
-        tree.probs.append(math.exp(node.logp))
         tree.children.append([])
         tree.children[parent].append(index[cand])
     return tree
