@@ -240,6 +240,10 @@ class Engine:
         text = self.tokenizer.apply_chat_template(list(prompt), add_generation_prompt=True, tokenize=False)
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
+    def drafting_for(self, cfg: GenerationConfig) -> Drafting | None:
+        """Fresh drafting state for one sequence decoded with `cfg`; None for plain decoding (`ar`)."""
+        return self.new_drafting() if cfg.method == "lopa" else None
+
     def new_drafting(self) -> Drafting:
         """Fresh drafters and window controller for one sequence (they keep per-request state)."""
         c = self.draft
@@ -281,7 +285,7 @@ class Engine:
         prompt_ids = self.encode_prompt(prompt, chat)
         self._check(prompt_ids, cfg)
         with self._exclusive():
-            drafting = self.new_drafting() if cfg.method == "lopa" else None
+            drafting = self.drafting_for(cfg)
             output = SequenceOutput(self, prompt_ids, cfg)
             runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
             for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
@@ -326,7 +330,7 @@ class Engine:
             while waiting or rows:
                 while waiting and len(rows) < slots:
                     i = waiting.popleft()
-                    seq = SequenceDecoder(encoded[i], cfg, self.eos_ids, self.new_drafting() if cfg.method == "lopa" else None)
+                    seq = SequenceDecoder(encoded[i], cfg, self.eos_ids, self.drafting_for(cfg))
                     output = SequenceOutput(self, encoded[i], cfg)
                     out = runner.prefill_slot(len(rows), torch.tensor(encoded[i]))
                     output.add(seq.first(out.logits, out.layers))
@@ -336,10 +340,7 @@ class Engine:
                     if seq.done or output.text.stopped:
                         results[i] = output.finish(seq.step, seq.drafting)[1]
                         bar.update(1)
-                        if slot != len(rows) - 1:
-                            runner.move(len(rows) - 1, slot)
-                            rows[slot] = rows[-1]
-                        rows.pop()
+                        runner.free_slot(slot, rows)
                 if rows:
                     for (_, _, output), record in zip(rows, step_batch(runner, [seq for _, seq, _ in rows], self.draft.node_budget)):
                         if isinstance(record, Exception):

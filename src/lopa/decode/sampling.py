@@ -103,8 +103,9 @@ class TokenLogprob:
 def token_logprobs(log_probs: torch.Tensor, tokens: Sequence[int], top: int) -> list[TokenLogprob]:
     """TokenLogprobs of `tokens` from rows of log-softmaxed logits [len(tokens), vocab]."""
     chosen = log_probs[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
-    best = log_probs.topk(top) if top else None
-    return [
-        TokenLogprob(tok, lp, list(zip(best.indices[i].tolist(), best.values[i].tolist())) if best is not None else [])
-        for i, (tok, lp) in enumerate(zip(tokens, chosen))
-    ]
+    if top:
+        best = log_probs.topk(top)
+        alternatives = [list(zip(ids, lps)) for ids, lps in zip(best.indices.tolist(), best.values.tolist())]
+    else:
+        alternatives = [[] for _ in tokens]
+    return [TokenLogprob(tok, lp, alt) for tok, lp, alt in zip(tokens, chosen, alternatives)]

@@ -82,6 +82,15 @@ class BatchRunner(Runner):
             self._view(slot, slot + 1, base).compact(src, base)
         self.lengths[slot] = base + len(nodes)
 
+    def free_slot(self, slot: int, occupants: list) -> None:
+        """Free `slot` of the slots 0..len(occupants)-1 in use: the last occupant (its KV rows and its entry in
+        `occupants`, the caller's per-slot list) moves into it, so the slots in use stay contiguous."""
+        last = len(occupants) - 1
+        if slot != last:
+            self.move(last, slot)
+            occupants[slot] = occupants[last]
+        occupants.pop()
+
     def move(self, src: int, dst: int) -> None:
         """Copy slot src's committed rows into slot dst (to keep the active slots contiguous)."""
         n = self.lengths[src]

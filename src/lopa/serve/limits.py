@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from .protocol import error_body
+
 METHODS_WITH_BODY = {b"POST", b"PUT", b"PATCH"}
 
 
@@ -37,7 +39,7 @@ class BodyLimit:
 
 
 async def _refuse(send, status: int, message: str) -> None:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}).encode()
+    body = json.dumps(error_body(message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -211,8 +211,7 @@ class Scheduler:
             if job is None:
                 return
             try:
-                drafting = self.engine.new_drafting() if job.cfg.method == "lopa" else None
-                job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, drafting)
+                job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, self.engine.drafting_for(job.cfg))
                 job.text = TextStream(self.engine.tokenizer, job.cfg.stop, job.seq.eos_ids)
                 if self._long(job):
                     self.staged = job
@@ -289,11 +288,7 @@ class Scheduler:
 
     def _release(self, slot: int) -> None:
         """Free a batch slot; the last running request moves into it so slots stay contiguous."""
-        last = len(self.active) - 1
-        if slot != last:
-            self.runner.move(last, slot)
-            self.active[slot] = self.active[last]
-        self.active.pop()
+        self.runner.free_slot(slot, self.active)
 
     def _deliver(self, job: Job, record) -> None:
         piece = job.text.push(record.tokens)
