@@ -17,8 +17,7 @@ import torch
 
 from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode.loop import Drafting, decode
-from lopa.decode.window import CostModel, WindowController
-from lopa.draft.base import StepFeedback
+from lopa.decode.window import WindowController
 from lopa.draft.draft_model import DraftModelDrafter
 from lopa.errors import ModelLoadError
 from lopa.models.runner import Runner
@@ -41,7 +40,7 @@ def noisy_copy(model: torch.nn.Module, scale: float, seed: int = 1) -> torch.nn.
 def run(model, drafter: DraftModelDrafter | None, new_tokens: int = 40, **cfg) -> list:
     drafting = None
     if drafter is not None:
-        drafting = Drafting([drafter], WindowController(6, CostModel.flat()), DraftConfig(tau=0.01))
+        drafting = Drafting([drafter], WindowController(6), DraftConfig(tau=0.01))
     config = GenerationConfig(max_new_tokens=new_tokens, **cfg)
     return list(decode(Runner(model), PROMPT, config, set(), drafting))
 
@@ -79,7 +78,7 @@ def test_perfect_draft_grows_its_chain_and_feeds_only_unseen_tokens(pair) -> Non
     assert drafter.depth == 6, "the chain grows by 2 per fully accepted step, up to the window's depth"
     context = PROMPT + [t for r in records for t in r.tokens]
     n = min(len(context), len(drafter.fed))
-    assert n > len(PROMPT) + 20 and drafter.fed[:n] == context[:n] and drafter.runner.length == len(drafter.fed)
+    assert n > len(PROMPT) + 20 and drafter.fed[:n] == context[:n] and drafter.runner.lengths[0] == len(drafter.fed)
     # the prompt and first token are fed once; after that only the chain's last token and the bonus are new
     assert fed_tokens[0] == len(PROMPT) + 1 and max(fed_tokens[1:]) <= 2
 
@@ -105,17 +104,16 @@ def test_draft_sequence_survives_running_past_its_capacity(pair) -> None:
     drafter.start(PROMPT)
     long_context = PROMPT * 140  # past the 1,032 rows start() allocated
     chain = drafter.propose(long_context, 4)[0].tokens
-    assert drafter.runner.length == len(long_context) + len(chain) - 1  # the chain's last token is not fed
+    assert drafter.runner.lengths[0] == len(long_context) + len(chain) - 1  # the chain's last token is not fed
 
 
 def test_runner_truncate_refuses_to_grow(pair) -> None:
     runner = Runner(pair[0])
-    runner.reset(32)
-    runner.prefill(torch.tensor(PROMPT))
-    runner.truncate(3)
-    assert runner.length == 3
+    runner.prefill(0, torch.tensor(PROMPT), 0)
+    runner.truncate(0, 3)
+    assert runner.lengths[0] == 3
     with pytest.raises(ValueError):
-        runner.truncate(4)
+        runner.truncate(0, 4)
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(engine: Engine) -> None:
@@ -157,5 +155,6 @@ def test_served_sequences_each_draft_through_their_own_runner(engine: Engine) ->
         got = list(pool.map(lambda p: client.post("/v1/completions", json={"prompt": p, "max_tokens": 24}).json(), prompts))
     assert [g["choices"][0]["text"] for g in got] == want
     assert max(g["lopa"]["tokens_per_forward"] for g in got) > 2.0
-    runners = {id(d.runner) for d in drafted.new_drafting().drafters + drafted.new_drafting().drafters if d.source == "draft"}
+    twice = drafted.drafting_for(GenerationConfig()).drafters + drafted.drafting_for(GenerationConfig()).drafters
+    runners = {id(d.runner) for d in twice if d.source == "draft"}
     assert len(runners) == 2, "each sequence drafts through a runner of its own"

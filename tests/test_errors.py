@@ -48,7 +48,6 @@ def test_prompt_longer_than_context(engine: Engine) -> None:
         ["generate", "hi", "--method", "beam"],
         ["generate", "hi", "--model", "/no/such/model"],
         ["generate", "hi", "--max-new-tokens", "many"],
-        ["serve", "--compile"],
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(argv: list[str], capsys) -> None:

@@ -12,7 +12,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode.loop import Drafting, decode
-from lopa.decode.window import CostModel, WindowController
+from lopa.decode.window import WindowController
 from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal, default_aux_layers
 from lopa.draft.predictor_drafter import PredictorDrafter
 from lopa.draft.predictor_io import load_predictor, save_predictor
@@ -55,7 +55,7 @@ def run_drafted(model, predictor, prompt, cfg: GenerationConfig):
     drafter = PredictorDrafter(predictor)
     runner = Runner(model)
     runner.hidden_layers = drafter.hidden_layers
-    drafting = Drafting([drafter], WindowController(4, CostModel.flat()), DraftConfig())
+    drafting = Drafting([drafter], WindowController(4), DraftConfig())
     records = list(decode(runner, prompt, cfg, set(), drafting))
     return [t for r in records for t in r.tokens], sum(r.accepted for r in records)
 

@@ -30,14 +30,13 @@ def sequential_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0, -1]
 
 
-@pytest.mark.parametrize("static_capacity", [None, 256], ids=["dynamic-kv", "static-kv"])
-def test_tree_node_logits_equal_sequential_decoding(engine: Engine, static_capacity: int | None) -> None:
-    model, runner = engine.model, Runner(engine.model, static_capacity=static_capacity)
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic-kv", "static-kv"])
+def test_tree_node_logits_equal_sequential_decoding(engine: Engine, static: bool) -> None:
+    model, runner = engine.model, Runner(engine.model, 1, 256, static=static)
     prompt = engine.tokenizer("The tree attention mask must be exact:").input_ids
-    runner.reset(len(prompt) + 40)
-    runner.prefill(torch.tensor(prompt))
+    runner.prefill(0, torch.tensor(prompt), 0)
     tree = random_tree(root=464, size=14, vocab=5000, seed=1)
-    out = runner.forward(*tree.tensors())
+    (out,) = runner.verify([tree.tensors()])
     for node in range(tree.size):
         want = sequential_logits(model, prompt + tree.path_tokens(node))
         torch.testing.assert_close(out.logits[node], want, atol=1e-4, rtol=0)
@@ -45,37 +44,65 @@ def test_tree_node_logits_equal_sequential_decoding(engine: Engine, static_capac
     # keep a non-contiguous path: its KV rows move down, and the next step must still be exact
     leaf = max(range(tree.size), key=lambda n: tree.depths[n])
     path = tree.path_nodes(leaf)
-    runner.commit(path)
+    runner.commit(0, path)
     nxt = random_tree(root=13, size=5, vocab=5000, seed=2)
-    out = runner.forward(*nxt.tensors())
+    (out,) = runner.verify([nxt.tensors()])
     committed = prompt + tree.path_tokens(leaf)
     for node in range(nxt.size):
         want = sequential_logits(model, committed + nxt.path_tokens(node))
         torch.testing.assert_close(out.logits[node], want, atol=1e-4, rtol=0)
 
 
-def test_cache_buffers_are_reused_across_requests(engine: Engine) -> None:
-    runner = Runner(engine.model)
-    runner.reset(64)
-    runner.prefill(torch.tensor([1, 2, 3]))
-    buffers = runner.cache.layers[0].keys
-    runner.reset(32)
-    runner.prefill(torch.tensor([4, 5]))
-    assert runner.cache.layers[0].keys is buffers
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic-kv", "static-kv"])
+def test_rows_of_a_batch_do_not_see_each_other(engine: Engine, static: bool) -> None:
+    """Three sequences of different lengths verify different trees in one forward (a static cache pads the
+    batch to 4 rows); every node equals sequential decoding of its own row, after a commit too."""
+    model, runner = engine.model, Runner(engine.model, 4, 128, static=static)
+    prompts = [engine.tokenizer(t).input_ids for t in ("One.", "A longer second prompt here:", "Third, mid size")]
+    for slot, ids in enumerate(prompts):
+        runner.prefill(slot, torch.tensor(ids), 0)
+    trees = [random_tree(root=100 + i, size=3 + 4 * i, vocab=5000, seed=10 + i) for i in range(3)]
+    for slot, out in enumerate(runner.verify([t.tensors() for t in trees])):
+        for node in range(trees[slot].size):
+            want = sequential_logits(model, prompts[slot] + trees[slot].path_tokens(node))
+            torch.testing.assert_close(out.logits[node], want, atol=5e-4, rtol=0)  # batched kernels round differently
+    leaves = [max(range(t.size), key=lambda n: t.depths[n]) for t in trees]
+    for slot, (tree, leaf) in enumerate(zip(trees, leaves)):
+        runner.commit(slot, tree.path_nodes(leaf))
+        prompts[slot] = prompts[slot] + tree.path_tokens(leaf)
+    occupants = [0, 1, 2]
+    runner.free(0, occupants)  # the last sequence moves into slot 0
+    assert occupants == [2, 1]
+    outs = runner.verify([random_tree(7, 4, 5000, seed=20).tensors()] * 2)
+    for slot, out in zip(occupants, outs):
+        torch.testing.assert_close(out.logits[0], sequential_logits(model, prompts[slot] + [7]), atol=5e-4, rtol=0)
+
+
+def test_kv_slots_grow_and_keep_their_rows(engine: Engine) -> None:
+    runner = Runner(engine.model, 1, 8)
+    ids = list(range(20, 60))
+    runner.prefill(0, torch.tensor(ids[:5]), 0)
+    last = runner.prefill(0, torch.tensor(ids[5:]))  # appends past the first capacity: the buffers grow
+    assert runner.capacity >= 40 and runner.lengths[0] == 40
+    torch.testing.assert_close(last.logits[-1], sequential_logits(engine.model, ids), atol=1e-4, rtol=0)
+    runner.truncate(0, 30)
+    again = runner.prefill(0, torch.tensor(ids[30:]))
+    torch.testing.assert_close(again.logits[-1], last.logits[-1], atol=1e-4, rtol=0)
 
 
 def test_static_cache_is_allocated_once_and_decodes_losslessly(engine: Engine) -> None:
     """The static cache (what CUDA graphs replay over) keeps one buffer for every request and attends to all
     of it under the mask; greedy lopa on it equals plain decoding, and a request it cannot hold is refused."""
     static = Engine(engine.loaded)
-    static.runner = Runner(engine.model, static_capacity=512)
+    static.cost = engine.cost
+    static.runner = Runner(engine.model, 1, 512, static=True)
     static.runner.hidden_layers = engine.runner.hidden_layers  # what the shipped predictor drafts from
     prompt = "List three facts about the Moon."
     want = engine.generate(prompt, max_new_tokens=48, method="ar").token_ids
     assert static.generate(prompt, max_new_tokens=48).token_ids == want
-    cache = static.runner.cache
-    assert cache.capacity == 512 and cache.offset is not None
+    buffers = static.runner.buffers[0][0]
+    assert static.runner.capacity == 512 and static.runner.offset is not None
     assert static.generate("Hi.", max_new_tokens=8, method="ar").token_ids == engine.generate("Hi.", max_new_tokens=8, method="ar").token_ids
-    assert static.runner.cache is cache
+    assert static.runner.buffers[0][0] is buffers
     with pytest.raises(InvalidRequestError, match="static cache holds 512"):
-        static.runner.reset(600)
+        static.runner.reserve(600)

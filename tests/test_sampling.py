@@ -22,8 +22,9 @@ from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode import loop
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.verify import accept_sampling
-from lopa.decode.window import CostModel, WindowController
-from lopa.draft.base import Drafter, Proposal
+from lopa.decode.window import WindowController
+from lopa.draft.base import Drafter
+from lopa.draft.tree import Proposal
 from lopa.draft.draft_model import DraftModelDrafter
 from lopa.draft.tree import DraftTree
 from lopa.models.runner import Runner
@@ -111,7 +112,7 @@ def sample_answers(model, prompt: list[int], seeds: range, drafter: Drafter | No
         cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, temperature=1.0, seed=seed)
         drafting = None
         if drafter is not None:
-            drafting = Drafting([drafter], WindowController(4, CostModel.flat()), DraftConfig(tau=0.01))
+            drafting = Drafting([drafter], WindowController(4), DraftConfig(tau=0.01))
         records = list(decode(runner, prompt, cfg, set(), drafting))
         accepted += sum(r.accepted for r in records)
         fewest_steps = min(fewest_steps, len(records) - 1)  # the first record is the prefill's token

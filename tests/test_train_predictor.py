@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from lopa.api import Engine
 from lopa.config import DraftConfig
-from lopa.decode.window import CostModel
+from lopa.decode.cost import CostModel
 from lopa.draft.predictor import default_aux_layers
 from lopa.draft.predictor_io import load_predictor
 from lopa.models.loading import LoadedModel, load_model, resolve_model_dir
@@ -78,7 +78,7 @@ def test_sampling_stays_exact_with_the_predictor(tiny, tiny_predictor_dir):
     acceptance rule is test_sampling's): lopa with the trained predictor drafting vs plain sampling."""
     only = DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False)  # always draft
     engine = Engine(tiny, only, predictor=tiny_predictor_dir)
-    engine._cost = CostModel.flat()  # no latency profile needed without the dynamic window
+    engine.cost = CostModel.flat()  # no latency profile needed without the dynamic window
     lopa, hits = _sampled(engine, "lopa", range(600))
     plain, _ = _sampled(engine, "ar", range(10_000, 10_600))
     assert hits > 100, hits  # the predictor really drafted accepted tokens (178 when written)
@@ -92,7 +92,7 @@ def test_predictor_computes_in_fp32_on_a_bf16_base(tiny, tiny_predictor_dir):
     predictor = load_predictor(tiny_predictor_dir, half.model)
     assert all(p.dtype == torch.float32 for p in predictor.parameters()) and predictor.embedding.dtype == torch.float32
     engine = Engine(half, DraftConfig(dynamic_window=False), predictor=predictor)
-    engine._cost = CostModel.flat()
+    engine.cost = CostModel.flat()
     drafted = engine.generate(PROMPT, max_new_tokens=24)  # bf16 rounds a tree and a single row apart: no equality here
     sources = [s for step in drafted.stats.steps for s in step["sources"]]
     assert len(drafted.token_ids) == 24 and "predictor" in sources

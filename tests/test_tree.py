@@ -7,23 +7,27 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lopa.config import DraftConfig
 from lopa.decode.verify import accept_greedy
-from lopa.decode.window import CostModel, WindowController
-from lopa.draft.base import Proposal
+from lopa.decode.window import WindowController
 from lopa.draft.ngram import JacobiPoolDrafter, PromptLookupDrafter
-from lopa.draft.tree import TreeLimits, build_tree
+from lopa.draft.tree import DraftTree, Proposal, rank
+
+
+def build_tree(root: int, proposals: list[Proposal], max_depth: int, budget: int, **config) -> DraftTree:
+    return rank(root, proposals, DraftConfig(**config), max_depth, budget).tree()
 
 
 def test_tau_filter_drops_nodes_far_below_the_best_at_their_depth() -> None:
     proposals = [Proposal([1, 2], [0.9, 0.9], "a"), Proposal([3], [0.5], "b"), Proposal([4], [0.7], "c")]
-    tree = build_tree(0, proposals, TreeLimits(max_depth=4, node_budget=10, tau=0.7))
+    tree = build_tree(0, proposals, 4, 10, tau=0.7)
     assert sorted(tree.tokens[c] for c in tree.children[0]) == [1, 4]  # 0.5 < 0.7 * 0.9 < 0.7
     assert tree.path_tokens(tree.find_path([1, 2])[-1]) == [0, 1, 2]
 
 
 def test_shared_prefixes_merge_and_budget_keeps_the_best_paths() -> None:
     proposals = [Proposal([5, 6, 7], [0.9] * 3, "a"), Proposal([5, 6, 8], [0.8] * 3, "b"), Proposal([9], [0.85], "c")]
-    tree = build_tree(0, proposals, TreeLimits(max_depth=4, node_budget=3, tau=0.1))
+    tree = build_tree(0, proposals, 4, 3, tau=0.1)
     assert tree.size == 4 and tree.tokens.count(5) == 1
     assert tree.find_path([5, 6, 7])[-1] != 0
 
@@ -40,8 +44,7 @@ def test_shared_prefixes_merge_and_budget_keeps_the_best_paths() -> None:
 )
 def test_trees_are_connected_topological_and_within_limits(raw, budget, top_k) -> None:
     proposals = [Proposal(tokens, [conf] * len(tokens), "x") for tokens, conf in raw]
-    limits = TreeLimits(max_depth=4, node_budget=budget, top_k_per_depth=top_k, tau=0.7)
-    tree = build_tree(99, proposals, limits)
+    tree = build_tree(99, proposals, 4, budget, top_k_per_depth=top_k, tau=0.7)
     assert tree.size - 1 <= budget and tree.depth <= 4
     for node in range(1, tree.size):
         parent = tree.parents[node]
@@ -54,7 +57,7 @@ def test_trees_are_connected_topological_and_within_limits(raw, budget, top_k) -
 
 
 def test_greedy_acceptance_walks_the_matching_path() -> None:
-    tree = build_tree(0, [Proposal([1, 2, 3], [0.9] * 3, "a"), Proposal([1, 4], [0.8] * 2, "b")], TreeLimits(4, 10, tau=0.1))
+    tree = build_tree(0, [Proposal([1, 2, 3], [0.9] * 3, "a"), Proposal([1, 4], [0.8] * 2, "b")], 4, 10, tau=0.1)
     argmax = [0] * tree.size
     argmax[0], argmax[tree.find_path([1])[-1]] = 1, 4
     argmax[tree.find_path([1, 4])[-1]] = 7
@@ -62,24 +65,18 @@ def test_greedy_acceptance_walks_the_matching_path() -> None:
     assert [tree.tokens[i] for i in path] == [0, 1, 4] and bonus == 7
 
 
-def test_cost_model_keeps_only_nodes_that_pay_for_themselves() -> None:
-    cpu = CostModel({1: 0.06, 4: 0.09, 8: 0.15})
-    control = WindowController(k_max=8, cost=cpu)
-    assert control.choose_size([0.1]) == 0  # 1.1 tokens for 1.17x the cost: not worth it
-    assert control.choose_size([0.9, 0.8, 0.7, 0.05]) == 3
-    assert WindowController(8, CostModel.flat()).choose_size([0.01] * 5) == 5
-
-
-def test_stepwise_cost_model_charges_the_padded_size() -> None:
-    padded = CostModel({1: 0.03, 4: 0.04, 8: 0.05}, stepwise=True)
-    assert padded(2) == padded(4) == 0.04 and padded(5) == 0.05
-    assert CostModel({1: 0.03, 4: 0.04, 8: 0.05})(2) < 0.04  # interpolated when nothing is padded
-    control = WindowController(k_max=8, cost=padded)
-    assert control.choose_size([0.5, 0.4, 0.3, 0.01, 0.01]) == 3  # a 4-node tree costs what 2 nodes cost
+def test_every_prefix_of_the_ranked_order_is_a_connected_tree() -> None:
+    proposals = [Proposal([5, 6, 7], [0.9] * 3, "a"), Proposal([5, 8], [0.6, 0.9], "b"), Proposal([9], [0.85], "c")]
+    ranked = rank(0, proposals, DraftConfig(tau=0.1), 4, 10)
+    assert ranked.probs == sorted(ranked.probs, reverse=True)[: len(ranked.probs)] or len(ranked.probs) == 5
+    for size in range(len(ranked.order) + 1):
+        tree = ranked.tree(size)
+        assert tree.size == size + 1
+        assert all(tree.parents[n] < n for n in range(1, tree.size))
 
 
 def test_window_follows_the_lopa_perplexity_rule() -> None:
-    control = WindowController(k_max=6, cost=CostModel.flat(), window=3)
+    control = WindowController(k_max=6, window=3)
     for step, ppl in enumerate([2.0] * 4 + [1.5] * 4):
         control.update(step, 4, [-math.log(ppl)])
     assert control.window == 4  # perplexity fell by 0.5 > 0.15

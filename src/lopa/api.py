@@ -8,26 +8,24 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
 from .config import DraftConfig, GenerationConfig
-from .decode.batch import step_batch
-from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode
+from .decode.cost import CostModel
+from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode, kv_rows, step
 from .decode.sampling import TokenLogprob
-from .decode.window import CostModel, WindowController
-from .draft import JacobiPoolDrafter, PromptLookupDrafter
-from .draft.draft_model import DraftModelDrafter
-from .draft.predictor_drafter import PredictorDrafter
+from .decode.window import WindowController
 from .draft.predictor_io import PredictorSpec, predictor_for
+from .draft.registry import new_drafters
 from .errors import InvalidRequestError, ModelLoadError
-from .models.batch import BatchRunner
+from .models.compiled import buckets_up_to, compile_model, cuda_graph_capacity
 from .models.loading import LoadedModel, load_model
 from .models.lossy import LossyInt8Runner
-from .models.compiled import buckets_up_to, cuda_graph_capacity
-from .models.profile import TREE_SIZES, forward_latency, load_or_measure_costs
+from .models.profile import TREE_SIZES, forward_latency, load_or_measure_surface
 from .models.runner import Runner
 from .models.threads import apply_threads
 from .text import TextStream
@@ -82,7 +80,9 @@ class StreamChunk:
 
 
 class Engine:
-    """A loaded model plus everything needed to decode it losslessly with lookahead drafting."""
+    """A model, its tokenizer, a runner, the drafters' registry and a cost model: everything needed to decode
+    losslessly with lookahead drafting. Every decoding (generate, stream, generate([...]), the server) runs
+    decode/loop.py's one batched step."""
 
     def __init__(
         self,
@@ -92,6 +92,8 @@ class Engine:
         compile: bool = False,
         predictor: PredictorSpec = None,
     ):
+        """Wrap a loaded model; no profile yet (the cost model is flat until profile() runs: from_pretrained and
+        from_model call it)."""
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -99,19 +101,23 @@ class Engine:
         self.draft.validate()
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise InvalidRequestError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
-        self.runner = Runner(self.model, max_verify_tokens, compile, cuda_graph_capacity(self.model, compile))
+        static = cuda_graph_capacity(self.model, compile)  # CUDA graphs replay a static cache of this many rows
+        compiled = compile_model(self.model, cuda_graphs=static is not None) if compile else None
+        self.runner = Runner(
+            self.model, 1, static or 256, max_verify_tokens=max_verify_tokens, compiled=compiled, static=static is not None
+        )
         # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features
         self.predictor = predictor_for(self.model, predictor, self.draft.use_predictor)
         if self.predictor is not None:
             self.runner.hidden_layers = tuple(self.predictor.config.aux_layers)
-        self._cost: CostModel | None = None
-        self._warm = False
+        self.cost = CostModel.flat()
+        self._warm_rows = 0  # with compile: the batch rows warm_up() has built graphs for
         self._int8_runner: Runner | None = None
         self._draft_model: torch.nn.Module | None = None
         self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
         self.threads_source = "as the process had it"  # from_pretrained applies the measured count
-        self._busy = threading.Lock()  # one decoding at a time: see _exclusive
+        self._busy = threading.Lock()  # one decoding of the engine's own runner at a time: see _exclusive
 
     @classmethod
     def from_pretrained(
@@ -127,24 +133,53 @@ class Engine:
         predictor: PredictorSpec = None,
         fast: bool = True,
         threads: int | None = None,
+        profile: bool = True,
     ) -> "Engine":
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
-        `compile`: verification forwards through torch.compile (models/compiled.py; call warm_up() before timing).
+        `compile`: verification forwards through torch.compile (models/compiled.py; graphs are built by profile()).
         `predictor`: an EAGLE-3 predictor (a speculators-layout directory or a loaded one) that drafts EAGLE-2
         trees; False for none, None for the shipped predictor when it fits the model.
         `fast`: lopa's CPU kernels (models/fastkernels.py; False: stock transformers modules).
         `threads`: torch threads; None = OMP_NUM_THREADS, else the fastest count `lopa profile` measured.
+        `profile`: load the latency profile from the cache, measuring what it lacks (see profile()).
         """
         if threads is not None and threads < 1:
             raise InvalidRequestError(f"threads must be >= 1, got {threads}")
         loaded = load_model(model, device=device, dtype=dtype, trust_remote_code=trust_remote_code, fast=fast)
         engine = cls(loaded, draft, max_verify_tokens, compile, predictor)
         engine.threads_source = apply_threads(loaded.fingerprint, engine.runner, threads)
-        if engine.draft.draft_model is not None:
-            engine.draft_model  # load it now rather than inside the first request
-        return engine
+        return engine._ready(profile)
+
+    @classmethod
+    def from_model(
+        cls, model: torch.nn.Module, tokenizer, *, draft: DraftConfig | None = None, predictor: PredictorSpec = False,
+        max_verify_tokens: int | None = None, compile: bool = False, profile: bool = True,
+    ) -> "Engine":
+        """Wrap a Hugging Face causal LM the caller already loaded (their quantisation, their adapters, their
+        device) without reloading or changing it; `tokenizer` is its tokenizer."""
+        name = getattr(model.config, "name_or_path", "") or type(model).__name__
+        loaded = LoadedModel(model.eval(), tokenizer, name, Path(name), 0.0)
+        return cls(loaded, draft, max_verify_tokens, compile, predictor)._ready(profile)
+
+    def _ready(self, profile: bool) -> "Engine":
+        if profile:  # a compiled engine builds batch graphs only when asked (the server asks for its batch)
+            self.profile(max_rows=1 if self.runner.compiled is not None else 16)
+        if self.draft.draft_model is not None:
+            self.draft_model  # load it now rather than inside the first request
+        return self
+
+    def profile(self, max_rows: int = 16) -> CostModel:
+        """Build the compiled graphs (with compile) and load this hardware's latency surface (forwards of 1 to
+        `max_rows` sequences x tree sizes) from the cache, measuring the cells it lacks: once per model,
+        precision, device and thread count (the README states what that costs). The cost model sizes trees."""
+        self.warm_up(rows=max_rows)
+        compiled = self.runner.compiled is not None
+        sizes = buckets_up_to(self.draft.node_budget + 1) if compiled else TREE_SIZES
+        surface = load_or_measure_surface(self.runner, self.loaded.fingerprint, max_rows, sizes)
+        self.cost = CostModel(surface, stepwise=compiled)
+        return self.cost
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -153,30 +188,23 @@ class Engine:
                 ids.update(source if isinstance(source, list) else [source])
         return ids
 
-    @property
-    def cost_model(self) -> CostModel:
-        if self._cost is None:
-            self.warm_up()
-            sizes = self._compiled_sizes() if self.runner.compiled is not None else TREE_SIZES
-            costs = load_or_measure_costs(self.runner, self.loaded.fingerprint, sizes)
-            self._cost = CostModel(costs, stepwise=self.runner.compiled is not None)
-        return self._cost
+    def warm_up(self, rows: int = 1) -> None:
+        """With compile: build every graph for batches of up to `rows` now rather than inside a timed
+        generation (no-op otherwise).
 
-    def warm_up(self) -> None:
-        """With compile: build every graph now rather than inside a timed generation (no-op otherwise).
-
-        Bucket 1 runs first at two prefix lengths, so dynamo already knows the KV length varies
-        and compiles later buckets with a dynamic KV length: after this, nothing compiles again
-        (a test runs generations under dynamo's error_on_recompile)."""
-        if self.runner.compiled is None or self._warm:
+        Bucket 1 runs first at two prefix lengths, so dynamo already knows the KV length varies and
+        compiles later buckets with a dynamic KV length; a batch of 2 then makes the batch size dynamic
+        (CUDA graphs: one graph per batch size). After this, nothing compiles again (a test runs
+        generations under dynamo's error_on_recompile)."""
+        if self.runner.compiled is None or rows <= self._warm_rows:
             return
-        for i, tokens in enumerate((1, *self._compiled_sizes())):
-            forward_latency(self.runner, tokens, prefix=16 + i, reps=0)
-        self._warm = True
-
-    def _compiled_sizes(self) -> tuple[int, ...]:
-        """The buckets a verification forward can run at: up to the largest tree (root + node_budget)."""
-        return buckets_up_to(self.draft.node_budget + 1)
+        wide = self.runner.sibling(rows, 64)
+        sizes = buckets_up_to(self.draft.node_budget + 1)
+        batches = [r for r in (1, 2, 4, 8, 16) if r <= rows] if self.runner.static else [1, 2][:rows]
+        for batch in batches:
+            for i, tokens in enumerate((1, *sizes)):
+                forward_latency(wide, tokens, prefix=16 + i, reps=0, rows=batch)
+        self._warm_rows = rows
 
     @property
     def int8_runner(self) -> Runner:
@@ -241,60 +269,53 @@ class Engine:
         return self.tokenizer(text, add_special_tokens=False).input_ids
 
     def drafting_for(self, cfg: GenerationConfig) -> Drafting | None:
-        """Fresh drafting state for one sequence decoded with `cfg`; None for plain decoding (`ar`)."""
-        return self.new_drafting() if cfg.method == "lopa" else None
+        """Fresh drafters and window for one sequence decoded with `cfg`; None for plain decoding (`ar`)."""
+        if cfg.method != "lopa":
+            return None
+        return Drafting(new_drafters(self), WindowController(self.draft.max_depth, self.draft.dynamic_window), self.draft)
 
-    def new_drafting(self) -> Drafting:
-        """Fresh drafters and window controller for one sequence (they keep per-request state)."""
-        c = self.draft
-        drafters = []
-        if c.use_prompt_lookup:
-            drafters.append(PromptLookupDrafter(c.prompt_lookup_max_ngram, c.prompt_lookup_matches))
-        if c.use_ngram_pool:
-            drafters.append(JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window))
-        if self.predictor is not None:
-            drafters.append(
-                PredictorDrafter(
-                    self.predictor, c.top_k_per_depth, c.max_depth, c.node_budget,
-                    min_hit_rate=c.predictor_min_hit_rate,
-                )
-            )
-        if c.draft_model is not None:
-            drafters.append(DraftModelDrafter(Runner(self.draft_model), c.draft_depth, c.draft_alternatives))
-        controller = WindowController(c.max_depth, self.cost_model, c.dynamic_window)
-        return Drafting(drafters, controller, c)
+    @property
+    def sizing(self) -> CostModel | None:
+        """The cost model that sizes trees; None with a fixed window (every ranked node is verified)."""
+        return self.cost if self.draft.dynamic_window else None
 
-    def _check(self, prompt_ids: list[int], cfg: GenerationConfig) -> None:
-        cfg.validate()
-        limit = self.runner.max_positions
-        if len(prompt_ids) >= limit:
-            raise InvalidRequestError(f"the prompt has {len(prompt_ids)} tokens; the context holds {limit}")
-        if len(prompt_ids) + cfg.max_new_tokens + self.draft.node_budget + 2 > limit:
+    def answer_room(self, prompt_len: int, wanted: int | None = None, context: int | None = None) -> int:
+        """The most new tokens a prompt of `prompt_len` leaves in `context` (default: the model's); raises
+        InvalidRequestError when the prompt or `wanted` new tokens do not fit."""
+        context = context or self.runner.max_positions
+        room = context - kv_rows(prompt_len, 0, self.draft.node_budget)
+        if prompt_len >= context or room < 1:
+            raise InvalidRequestError(f"the prompt has {prompt_len} tokens; the context holds {context}")
+        if wanted is not None and wanted > room:
             raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({cfg.max_new_tokens}) exceeds the context ({limit})"
+                f"prompt ({prompt_len} tokens) + max_new_tokens ({wanted}) exceeds the context ({context}); at most {room}"
             )
+        return room
 
     def stream_steps(
         self, prompt: Prompt, config: GenerationConfig | None = None, *, chat: bool | None = None, **overrides
     ) -> Iterator[StreamChunk | GenerationResult]:
         """Yield StreamChunks as text becomes final, then the GenerationResult last.
 
-        One Engine decodes one stream at a time (it has one KV cache): a second stream() while one is
+        One Engine decodes one stream at a time (it has one KV slot for it): a second stream() while one is
         open is refused; decode many prompts together with generate([...])."""
         cfg = _merge_config(config, overrides)
         prompt_ids = self.encode_prompt(prompt, chat)
-        self._check(prompt_ids, cfg)
+        cfg.validate()
+        self.answer_room(len(prompt_ids), cfg.max_new_tokens)
         with self._exclusive():
             drafting = self.drafting_for(cfg)
             output = SequenceOutput(self, prompt_ids, cfg)
             runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
-            for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting):
+            steps = 0
+            for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting, self.sizing):
+                steps += bool(output.text.ids)  # the first record came from the prefill
                 piece = output.add(record)
                 if piece:
                     yield StreamChunk(piece, record)
                 if output.text.stopped:
                     break
-            tail, result = output.finish(runner.forwards, drafting)
+            tail, result = output.finish(steps, drafting)
             if tail:
                 yield StreamChunk(tail, record)
             yield result
@@ -313,26 +334,25 @@ class Engine:
         batch inference); each result is what generate() gives that prompt alone. `progress`: a progress
         bar (default: on a terminal, for 8 prompts or more)."""
         cfg = _merge_config(config, overrides)
+        cfg.validate()
         encoded = [self.encode_prompt(p, chat) for p in prompts]
         for ids in encoded:
-            self._check(ids, cfg)
+            self.answer_room(len(ids), cfg.max_new_tokens)
         if not encoded:
             return []
         slots = max(1, min(max_batch, len(encoded)))
-        capacity = max(map(len, encoded)) + cfg.max_new_tokens + self.draft.node_budget + 2
-        runner = BatchRunner(self.model, slots, capacity)
-        runner.hidden_layers = self.runner.hidden_layers
+        runner = self.runner.sibling(slots, kv_rows(max(map(len, encoded)), cfg.max_new_tokens, self.draft.node_budget))
         results: list[GenerationResult | None] = [None] * len(encoded)
         waiting = deque(range(len(encoded)))
         rows: list[tuple[int, SequenceDecoder, SequenceOutput]] = []  # row i decodes in batch slot i
         show = progress if progress is not None else len(encoded) >= 8 and sys.stderr.isatty()
-        with self._exclusive(), tqdm(total=len(encoded), disable=not show, desc="lopa", unit="prompt") as bar:
+        with tqdm(total=len(encoded), disable=not show, desc="lopa", unit="prompt") as bar:
             while waiting or rows:
                 while waiting and len(rows) < slots:
                     i = waiting.popleft()
                     seq = SequenceDecoder(encoded[i], cfg, self.eos_ids, self.drafting_for(cfg))
                     output = SequenceOutput(self, encoded[i], cfg)
-                    out = runner.prefill_slot(len(rows), torch.tensor(encoded[i]))
+                    out = runner.prefill(len(rows), torch.tensor(encoded[i]), 0)
                     output.add(seq.first(out.logits, out.layers))
                     rows.append((i, seq, output))
                 for slot in reversed(range(len(rows))):  # finished rows leave; the last row takes the free slot
@@ -340,9 +360,9 @@ class Engine:
                     if seq.done or output.text.stopped:
                         results[i] = output.finish(seq.step, seq.drafting)[1]
                         bar.update(1)
-                        runner.free_slot(slot, rows)
+                        runner.free(slot, rows)
                 if rows:
-                    for (_, _, output), record in zip(rows, step_batch(runner, [seq for _, seq, _ in rows], self.draft.node_budget)):
+                    for (_, _, output), record in zip(rows, step(runner, [seq for _, seq, _ in rows], self.sizing)):
                         if isinstance(record, Exception):
                             raise record
                         output.add(record)
@@ -350,7 +370,7 @@ class Engine:
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """Hold the engine's decoding (its KV cache and lazily measured cost model) for one caller."""
+        """Hold the engine's own runner (its one KV slot) for one stream."""
         if not self._busy.acquire(blocking=False):
             raise InvalidRequestError(
                 "this Engine is already decoding (a stream() is still open): finish or close it first, use a "
@@ -401,7 +421,7 @@ class SequenceOutput:
         return self.text.push(record.tokens)
 
     def finish(self, forwards: int, drafting: Drafting | None) -> tuple[str, GenerationResult]:
-        """Decoding ended after `forwards` verification forwards: the held-back text and the result."""
+        """Decoding ended after `forwards` verification steps: the held-back text and the result."""
         tail = self.text.close()  # text held back in case a stop string began there
         stats = self.stats
         stats.wall_s = time.perf_counter() - self.start
@@ -410,7 +430,8 @@ class SequenceOutput:
         if drafting:
             stats.window = drafting.controller.summary()
             stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
-        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, self.logprobs)
+        logprobs = None if self.logprobs is None else self.logprobs[: len(self.text.ids)]  # none past a stop string
+        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, logprobs)
 
 
 def _is_batch(prompt) -> bool:

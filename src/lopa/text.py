@@ -54,15 +54,22 @@ class TextStream:
         if self.stopped:
             return ""
         self._decode_new(final)
-        hits = [i for i in (self.text.find(s, len(self.emitted)) for s in self.stop) if i >= 0]
+        hits = [(i, i + len(s)) for i, s in ((self.text.find(s, len(self.emitted)), s) for s in self.stop) if i >= 0]
         if hits:
-            end, self.finish, self.stopped = min(hits), "stop", True
+            (end, through), self.finish, self.stopped = min(hits), "stop", True
+            self._drop_ids_after(through)
         else:
             end = len(self.text) if final else len(self.text) - self._stop_prefix_length()
         if end <= len(self.emitted):
             return ""
         piece, self.emitted = self.text[len(self.emitted) : end], self.text[:end]
         return piece
+
+    def _drop_ids_after(self, chars: int) -> None:
+        """Keep only the ids the text up to `chars` needs (the stop string's last character): what a step
+        drafted past a stop string is not part of the answer, however many tokens that step accepted."""
+        while len(self.ids) > 1 and len(self.tokenizer.decode(self.ids[:-1], skip_special_tokens=True)) >= chars:
+            self.ids.pop()
 
     def _stop_prefix_length(self) -> int:
         """The length of the longest end of the text that a stop string starts with (it may yet complete)."""

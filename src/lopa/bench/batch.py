@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..cli_options import load_engine
 from .data import load_questions, select
 
 
@@ -55,10 +56,8 @@ def spread(questions: list, count: int) -> list:
 
 
 def run(args) -> int:
-    from .. import cli as lopa_cli
-
     questions = spread(load_questions(args.data), args.prompts)
-    engine = lopa_cli.load_engine(args)
+    engine = load_engine(args)
     results = run_batch_bench(engine, [q.turns[0] for q in questions], args.max_new_tokens, args.repeats, args.max_batch)
     print(f"{results['prompts']} prompts, {results['max_new_tokens']} tokens: sequential "
           f"{results['sequential_tokens_per_s']:.1f} tok/s, batched {results['batched_tokens_per_s']:.1f} tok/s "

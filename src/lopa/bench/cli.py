@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..cli_options import add_model_options, load_engine
 from ..diffusion import cli as diffusion_cli
-from ..errors import InvalidRequestError
 from . import batch
 from .data import LOPA_SCENARIOS
 from .methods import ALL_METHODS, parse_methods
@@ -18,13 +18,11 @@ def _csv(text: str | None) -> list[str] | None:
 
 
 def register(subparsers) -> None:
-    from .. import cli as lopa_cli
-
     p = subparsers.add_parser(
         "bench", help="benchmark lopa against transformers generate, prompt lookup and llama.cpp",
         description="Run every method on every prompt, interleaved in one process; print tables, write --out DIR.",
     )
-    lopa_cli.add_model_options(p)
+    add_model_options(p)
     p.add_argument("--data", default=None, help="Spec-Bench JSONL (question_id, category, turns); default: built-in set")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
     p.add_argument("--limit", type=int, default=None, help="at most N prompts per category (sampled with --seed)")
@@ -49,7 +47,7 @@ def register(subparsers) -> None:
         "bench-batch", help="offline batch inference: generate([...]) against sequential generate() calls",
         description="Decode the first N prompts of --data one by one and together, interleaved; outputs must match.",
     )
-    lopa_cli.add_model_options(b)
+    add_model_options(b)
     b.add_argument("--data", default=None, help="Spec-Bench JSONL (default: the built-in set)")
     b.add_argument("--prompts", type=int, default=16, help="how many prompts (the file's first)")
     b.add_argument("--max-new-tokens", type=int, default=128)
@@ -62,7 +60,6 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.dllm:
         return diffusion_cli.run_bench(args)
-    from .. import cli as lopa_cli
     from .benchmark import TABLE_METHODS, BenchOptions, run_benchmark, write_outputs
     from .report import lopa_table_md, overall_md
 
@@ -75,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         methods=parse_methods(args.methods or ",".join(TABLE_METHODS if table else ALL_METHODS)),
     )
     opts.validate()  # before the model load
-    results = run_benchmark(lopa_cli.load_engine(args), opts)
+    results = run_benchmark(load_engine(args), opts)
     for name, m in results["methods"].items():
         if m["status"] == "skipped":
             print(f"skipped {name}: {m['reason']}", file=sys.stderr)

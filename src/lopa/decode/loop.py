@@ -1,21 +1,25 @@
-"""The lookahead decoding loop: propose -> build tree -> verify (one forward) -> accept -> commit -> adapt.
+"""The lookahead decoding step: propose -> rank -> size the trees -> verify (one batched forward) -> accept
+-> commit -> adapt.
 
-`ar` is the same loop with no drafters, so plain and lookahead decoding share every
-line that decides what is emitted.
+`step` advances a batch of sequences by one verification; `decode` (generate/stream), Engine.generate([...])
+and the server's scheduler are its callers. `ar` is the same step with no drafters, so plain and lookahead
+decoding share every line that decides what is emitted.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
 from ..config import DraftConfig, GenerationConfig
-from ..draft.base import Drafter, StepFeedback
-from ..draft.tree import DraftTree, TreeLimits, build_tree, root_only
+from ..draft.base import Drafter
+from ..draft.tree import DraftTree, RankedDraft, rank
 from ..models.runner import ForwardOutput, Runner
+from .cost import CostModel
+from .feedback import StepFeedback
 from .sampling import TokenLogprob, target_distribution, token_logprobs
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
@@ -44,11 +48,10 @@ class Drafting:
     controller: WindowController
     config: DraftConfig = field(default_factory=DraftConfig)
 
-    def limits(self, depth: int, budget: int) -> TreeLimits:
-        c = self.config
-        return TreeLimits(
-            depth, budget, c.top_k_per_depth, c.tau, c.lambda_logp, c.lambda_coherence, c.repetition_penalty_weight
-        )
+
+def kv_rows(prompt_len: int, max_new_tokens: int, node_budget: int) -> int:
+    """KV rows a sequence can need: prompt, output, and one tree (root, nodes and its bonus) past them."""
+    return prompt_len + max_new_tokens + node_budget + 2
 
 
 def _contexts(context: list[int], tree, cfg: GenerationConfig) -> list[list[int]]:
@@ -82,9 +85,8 @@ class SequenceDecoder:
 
     @property
     def capacity(self) -> int:
-        """KV rows this sequence can need: prompt, output and one tree past them."""
-        budget = self.drafting.config.node_budget if self.drafting else 0
-        return len(self.prompt) + self.cfg.max_new_tokens + budget + 2
+        """KV rows this sequence can need."""
+        return kv_rows(len(self.prompt), self.cfg.max_new_tokens, self.drafting.config.node_budget if self.drafting else 0)
 
     def first(self, logits: torch.Tensor, layers: torch.Tensor | None = None) -> StepRecord:
         """Emit the first token from the prefill's last logits; `layers` (ForwardOutput.layers) goes to the
@@ -103,18 +105,14 @@ class SequenceDecoder:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
 
-    def tree(self, budget: int | None = None) -> DraftTree:
-        """The candidate tree to verify next; `budget` caps its nodes (when a batch shares one forward)."""
-        root = self.context[-1]
-        drafting = self.drafting
+    def draft(self) -> RankedDraft:
+        """The drafters' proposals for the next step, ranked best first (none for plain decoding)."""
+        root, drafting = self.context[-1], self.drafting
         if not drafting:
-            return root_only(root)
-        control = drafting.controller
-        nodes = drafting.config.node_budget if budget is None else min(drafting.config.node_budget, budget)
-        if nodes < 1:
-            return root_only(root)
-        proposals = [p for d in drafting.drafters for p in d.propose(self.context, control.depth)]
-        return build_tree(root, proposals, drafting.limits(control.depth, nodes), control.choose_size)
+            return RankedDraft(root)
+        depth = drafting.controller.depth
+        proposals = [p for d in drafting.drafters for p in d.propose(self.context, depth)]
+        return rank(root, proposals, drafting.config, depth, drafting.config.node_budget)
 
     def advance(self, tree: DraftTree, out: ForwardOutput) -> tuple[StepRecord, list[int]]:
         """Accept from the verification of `tree`; returns the step and the tree nodes to commit."""
@@ -131,7 +129,7 @@ class SequenceDecoder:
         observe_start = time.perf_counter()
         log_probs = out.logits[path].float().log_softmax(-1) if drafting or cfg.logprobs is not None else None
         if drafting:
-            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.hidden, out.layers)
+            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
             drafting.controller.update(self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist())
@@ -145,26 +143,54 @@ class SequenceDecoder:
         return record, path
 
 
+def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None) -> list[StepRecord | Exception]:
+    """Advance seqs (slot i holds seqs[i]) by one verification. `cost` sizes the batch's trees and learns from
+    the forward's time; None verifies every ranked node (a fixed window).
+
+    An exception while drafting or verifying fails the whole batch (it propagates); one while a row
+    accepts fails only that row (its entry is the exception)."""
+    start = time.perf_counter()
+    drafts = [seq.draft() for seq in seqs]
+    size = cost.tree_size([d.probs for d in drafts]) if cost is not None else None
+    trees = [d.tree(size) for d in drafts]
+    drafted = time.perf_counter()
+    outs = runner.verify([tree.tensors() for tree in trees])
+    results: list[StepRecord | Exception] = []
+    for slot, (seq, tree, out) in enumerate(zip(seqs, trees, outs)):
+        try:
+            record, path = seq.advance(tree, out)
+            runner.commit(slot, path)
+        except Exception as exc:  # noqa: BLE001 - the caller fails this row and goes on
+            results.append(exc)
+            continue
+        results.append(record)
+    verified = time.perf_counter()  # reading the logits waited for the forward (on CUDA too)
+    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))
+    if cost is not None:
+        cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
+    for record in results:
+        if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
+            record.draft_s += (drafted - start) / len(seqs)
+            record.verify_s = forward_s / len(seqs)
+    return results
+
+
 def decode(
     runner: Runner,
     prompt: list[int],
     cfg: GenerationConfig,
     eos_ids: set[int],
     drafting: Drafting | None = None,
+    cost: CostModel | None = None,
 ) -> Iterator[StepRecord]:
-    """Yield steps until EOS or max_new_tokens; the caller may stop early (stop strings)."""
+    """Yield steps of one sequence (slot 0 of `runner`) until EOS or max_new_tokens; the caller may stop
+    early (stop strings)."""
     seq = SequenceDecoder(prompt, cfg, eos_ids, drafting)
-    runner.reset(seq.capacity)
-    prefill = runner.prefill(torch.tensor(prompt))
+    runner.reserve(seq.capacity)
+    prefill = runner.prefill(0, torch.tensor(prompt), 0)
     yield seq.first(prefill.logits, prefill.layers)
     while not seq.done:
-        start = time.perf_counter()
-        tree = seq.tree()
-        drafted = time.perf_counter()
-        out = runner.forward(*tree.tensors())
-        verified = time.perf_counter()
-        record, path = seq.advance(tree, out)
-        record.draft_s += drafted - start
-        record.verify_s = verified - drafted
-        runner.commit(path)
+        (record,) = step(runner, [seq], cost)
+        if isinstance(record, Exception):
+            raise record
         yield record

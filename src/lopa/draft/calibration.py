@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from .base import StepFeedback
+from ..decode.feedback import StepFeedback
 
 
 class AcceptanceRates:

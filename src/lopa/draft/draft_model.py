@@ -21,7 +21,8 @@ from typing import Sequence
 import torch
 
 from ..models.runner import Runner
-from .base import Proposal, StepFeedback
+from ..decode.feedback import StepFeedback
+from .tree import Proposal
 
 
 class DraftModelDrafter:
@@ -48,29 +49,25 @@ class DraftModelDrafter:
         self.chain_tokens = 0
 
     def start(self, prompt: Sequence[int]) -> None:
-        self._reset(len(prompt))
-
-    def _reset(self, length: int) -> None:
-        self.runner.reset(max(2 * length, length + 1024))
+        self.runner.reserve(2 * len(prompt) + 1024)
+        self.runner.truncate(0, 0)
         self.fed = []
 
     def _feed(self, tokens: list[int]) -> torch.Tensor:
         """Append tokens causally to the draft model's sequence; its logits after the last one."""
-        out = self.runner.prefill(torch.tensor(tokens))
+        out = self.runner.prefill(0, torch.tensor(tokens))
         self.fed.extend(tokens)
         return out.logits[-1]
 
     def _sync(self, context: Sequence[int], depth: int) -> torch.Tensor:
         """Bring the draft sequence to `context` (keeping the common prefix) and return its next-token logits."""
-        if len(context) + depth > self.runner.cache.capacity:
-            self._reset(len(context) + depth)
         keep = 0
         for fed, tok in zip(self.fed, context):
             if fed != tok:
                 break
             keep += 1
         keep = min(keep, len(context) - 1)  # the root is always fed again: its logits are the first draft
-        self.runner.truncate(keep)
+        self.runner.truncate(0, keep)
         del self.fed[keep:]
         return self._feed(list(context[keep:]))
 

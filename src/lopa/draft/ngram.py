@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from typing import Sequence
 
-from .base import Proposal, StepFeedback
+from ..decode.feedback import StepFeedback
+from .tree import Proposal
 from .calibration import AcceptanceRates
 
 

@@ -25,7 +25,8 @@ from typing import Sequence
 
 import torch
 
-from .base import Proposal, StepFeedback
+from ..decode.feedback import StepFeedback
+from .tree import Proposal
 from .calibration import AcceptanceRates
 from .predictor import Eagle3Predictor, PredictorCache, causal
 

@@ -5,8 +5,8 @@ accepted), so a node's path probability is their product and the sum of path
 probabilities is the expected number of accepted draft tokens. Filtering follows LoPA:
 a node survives only if its path probability is above tau times the best at its depth,
 the top-k per depth are kept, and nodes are added best first by path score until the
-budget is spent; an optional `choose_size` then keeps the prefix of that order worth its
-forward cost. The path score ranks only; acceptance is decided by the target model alone,
+budget is spent; the decoding step then keeps the prefix of that order worth its forward
+cost (decode/cost.py). The path score ranks only; acceptance is decided by the target model alone,
 so none of this can change the output.
 """
 
@@ -15,22 +15,19 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-from .base import Proposal
+from ..config import DraftConfig
 
 
 @dataclass
-class TreeLimits:
-    max_depth: int
-    node_budget: int  # nodes besides the root
-    top_k_per_depth: int = 4
-    tau: float = 0.7
-    lambda_logp: float = 1.0
-    lambda_coherence: float = 0.5
-    repetition_weight: float = 0.5
+class Proposal:
+    """A candidate continuation after the tree root, with a confidence in (0, 1] for each token."""
+
+    tokens: list[int]
+    confidences: list[float]
+    source: str  # "predictor", "lookup", "pool", "jacobi" or "draft": shown to users per accepted token
 
 
 @dataclass
@@ -123,7 +120,7 @@ def _merge(root: int, proposals: list[Proposal], max_depth: int) -> list[_Candid
     return nodes
 
 
-def _score(nodes: list[_Candidate], root: int, limits: TreeLimits) -> None:
+def _score(nodes: list[_Candidate], root: int, cfg: DraftConfig) -> None:
     """Path score = lambda1 * sum log p + lambda2 * log(support) - w * repeated bigrams (parents first)."""
     for node in nodes:  # the trie is built parents first
         parent_logp = nodes[node.parent].logp if node.parent >= 0 else 0.0
@@ -136,54 +133,66 @@ def _score(nodes: list[_Candidate], root: int, limits: TreeLimits) -> None:
                 break
             cur = nodes[cur.parent]
         node.rank = (
-            limits.lambda_logp * node.logp
-            + limits.lambda_coherence * math.log(node.support)
-            - limits.repetition_weight * _repetitions([root] + path[::-1])
+            cfg.lambda_logp * node.logp
+            + cfg.lambda_coherence * math.log(node.support)
+            - cfg.repetition_penalty_weight * _repetitions([root] + path[::-1])
         )
 
 
-def build_tree(
-    root: int,
-    proposals: list[Proposal],
-    limits: TreeLimits,
-    choose_size: Callable[[list[float]], int] | None = None,
-) -> DraftTree:
-    """The candidate tree; choose_size(path probabilities in selection order) -> how many to keep."""
-    nodes = _merge(root, proposals, limits.max_depth)
+@dataclass
+class RankedDraft:
+    """The drafted nodes best first (every prefix of the order is a connected tree)."""
+
+    root: int
+    nodes: list[_Candidate] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
+
+    @property
+    def probs(self) -> list[float]:
+        """Path probabilities in best-first order: their sum is the expected number of accepted drafts."""
+        return [math.exp(self.nodes[i].logp) for i in self.order]
+
+    def tree(self, size: int | None = None) -> DraftTree:
+        """The tree of the best `size` nodes (all when None) besides the root, parents first."""
+        chosen = sorted(self.order[:size], key=lambda i: (self.nodes[i].depth, -self.nodes[i].rank))
+        index = {cand: pos + 1 for pos, cand in enumerate(chosen)}
+        tree = root_only(self.root)
+        for cand in chosen:
+            node = self.nodes[cand]
+            parent = index[node.parent] if node.parent >= 0 else 0
+            tree.tokens.append(node.token)
+            tree.parents.append(parent)
+            tree.depths.append(node.depth)
+            tree.sources.append(node.source)
+            tree.children.append([])
+            tree.children[parent].append(index[cand])
+        return tree
+
+
+def rank(root: int, proposals: list[Proposal], cfg: DraftConfig, max_depth: int, budget: int) -> RankedDraft:
+    """Merge the proposals, keep the nodes the confidence filter and top-k pass (cfg.tau, cfg.top_k_per_depth),
+    and order at most `budget` of them best first by path score from the root."""
+    nodes = _merge(root, proposals, max_depth)
     if not nodes:
-        return root_only(root)
-    _score(nodes, root, limits)
+        return RankedDraft(root)
+    _score(nodes, root, cfg)
     by_depth: dict[int, list[int]] = {}
     for i, node in enumerate(nodes):
         by_depth.setdefault(node.depth, []).append(i)
     eligible: set[int] = set()
     for ids in by_depth.values():
         best = max(nodes[i].logp for i in ids)
-        kept = [i for i in ids if nodes[i].logp > math.log(limits.tau) + best or nodes[i].logp == best]
+        kept = [i for i in ids if nodes[i].logp > math.log(cfg.tau) + best or nodes[i].logp == best]
         kept.sort(key=lambda i: -nodes[i].rank)
-        eligible.update(kept[: limits.top_k_per_depth])
+        eligible.update(kept[: cfg.top_k_per_depth])
     # best-first growth from the root keeps the tree connected and spends the budget on the best paths
     frontier = [(-nodes[i].rank, i) for i in by_depth.get(1, []) if i in eligible]
     heapq.heapify(frontier)
-    chosen: list[int] = []
-    while frontier and len(chosen) < limits.node_budget:
+    order: list[int] = []
+    while frontier and len(order) < budget:
         _, i = heapq.heappop(frontier)
-        chosen.append(i)
+        order.append(i)
         for child in nodes[i].children.values():
             if child in eligible:
                 heapq.heappush(frontier, (-nodes[child].rank, child))
-    if choose_size is not None:  # every prefix of a best-first order is a connected tree
-        chosen = chosen[: choose_size([math.exp(nodes[i].logp) for i in chosen])]
-    chosen.sort(key=lambda i: (nodes[i].depth, -nodes[i].rank))
-    index = {cand: pos + 1 for pos, cand in enumerate(chosen)}
-    tree = root_only(root)
-    for cand in chosen:
-        node = nodes[cand]
-        parent = index[node.parent] if node.parent >= 0 else 0
-        tree.tokens.append(node.token)
-        tree.parents.append(parent)
-        tree.depths.append(node.depth)
-        tree.sources.append(node.source)
-        tree.children.append([])
-        tree.children[parent].append(index[cand])
-    return tree
+    return RankedDraft(root, nodes, order)

@@ -27,7 +27,7 @@ from torch import nn
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 STATIC_CONTEXT = 4096  # KV rows of the static cache CUDA graphs replay over (prompt + answer + a tree)
-RECOMPILE_LIMIT = 2 * len(BUCKETS) + 2  # a static then a dynamic-KV graph per bucket, at most
+RECOMPILE_LIMIT = 3 * len(BUCKETS) + 2  # per bucket: a static graph, a dynamic-KV one, a dynamic-batch one
 
 
 def bucket(tokens: int) -> int | None:

@@ -27,9 +27,9 @@ class TreeKVLayer(StaticLayer):
             self.cumulative_length = offset  # StaticLayer marks it a static address along with the buffers
 
     @classmethod
-    def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int) -> "TreeKVLayer":
-        """A layer on existing buffers (e.g. a row range of a batch's buffers), filled up to `length`."""
-        layer = cls(keys.shape[2])
+    def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int, offset: torch.Tensor | None = None) -> "TreeKVLayer":
+        """A layer on existing buffers (a row range of the runner's slots), filled up to `length`."""
+        layer = cls(keys.shape[2], offset)
         layer.keys, layer.values, layer.device = keys, values, keys.device
         layer.is_initialized = True
         layer.length = length
@@ -63,18 +63,22 @@ class TreeKVCache(Cache):
     """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
 
     def __init__(
-        self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None, static_on: torch.device | None = None
+        self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None, offset: torch.Tensor | None = None
     ):
-        """`static_on`: make a static cache on this device (see the module docstring)."""
-        self.offset = None if static_on is None else torch.zeros((), dtype=torch.long, device=static_on)
-        super().__init__(layers=layers or [TreeKVLayer(capacity, self.offset) for _ in range(num_layers)])
+        super().__init__(layers=layers or [TreeKVLayer(capacity) for _ in range(num_layers)])
         self.capacity = capacity
+        self.offset = offset
 
     @classmethod
-    def over(cls, buffers: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> "TreeKVCache":
-        """A cache writing into existing per-layer (keys, values) buffers [batch, kv_heads, capacity, head_dim]."""
-        layers = [TreeKVLayer.over(k, v, length) for k, v in buffers]
-        return cls(len(layers), buffers[0][0].shape[2], layers)
+    def over(
+        cls, buffers: list[tuple[torch.Tensor, torch.Tensor]], length: int, offset: torch.Tensor | None = None
+    ) -> "TreeKVCache":
+        """A cache writing into existing per-layer (keys, values) buffers [batch, kv_heads, capacity, head_dim],
+        filled up to `length`; `offset` (a device tensor): a static cache writing there (module docstring)."""
+        layers = [TreeKVLayer.over(k, v, length, offset) for k, v in buffers]
+        cache = cls(len(layers), buffers[0][0].shape[2], layers, offset)
+        cache.set_length(length)
+        return cache
 
     @property
     def length(self) -> int:

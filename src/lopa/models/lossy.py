@@ -15,42 +15,38 @@ from __future__ import annotations
 
 import torch
 
-from .runner import ForwardOutput, Runner
+from .runner import ForwardOutput, Runner, TreeTensors
 
 
 class LossyInt8Runner:
-    """The single-sequence Runner interface over a full-precision runner and an int8 runner."""
+    """The Runner interface, for one sequence (slot 0), over a full-precision runner and an int8 runner."""
 
     def __init__(self, full: Runner, int8: Runner, every: int = 10):
         if every < 1:
             raise ValueError(f"the calibration interval must be >= 1, got {every}")
         self.full, self.int8, self.every = full, int8, every
-        self.max_positions, self.device, self.dtype = full.max_positions, full.device, full.dtype
         self.pending: list[int] = []  # committed tokens whose KV rows the full model has not written yet
         self.steps = 0
-        self.forwards = 0
         self.calibrations = 0
         self._tree = torch.empty(0, dtype=torch.long)  # the last verified tree's tokens
         self._caught_up: int | None = None  # on a calibration step: how many pending tokens the full model fed
 
-    @property
-    def length(self) -> int:
-        return self.int8.length
+    def reserve(self, rows: int) -> None:
+        self.full.reserve(rows)
+        self.int8.reserve(rows)
 
-    def reset(self, capacity: int) -> None:
-        self.full.reset(capacity)
-        self.int8.reset(capacity)
-        self.pending, self.steps, self.forwards, self.calibrations, self._caught_up = [], 0, 0, 0, None
+    def prefill(self, slot: int, ids: torch.Tensor, start: int | None = None) -> ForwardOutput:
+        """Both models read the prompt (a new sequence); the first token comes from the full model."""
+        assert slot == 0 and start == 0, "the lossy runner decodes one sequence from its start"
+        self.pending, self.steps, self.calibrations, self._caught_up = [], 0, 0, None
+        self.int8.prefill(0, ids, 0)
+        return self.full.prefill(0, ids, 0)
 
-    def prefill(self, ids: torch.Tensor) -> ForwardOutput:
-        """Both models read the prompt; the first token comes from the full model."""
-        self.int8.prefill(ids)
-        return self.full.prefill(ids)
-
-    def forward(self, tokens: torch.Tensor, depths: torch.Tensor, ancestors: torch.Tensor, last_only: bool = False) -> ForwardOutput:
+    def verify(self, trees: list[TreeTensors]) -> list[ForwardOutput]:
+        (tree,) = trees
+        tokens, depths, ancestors = tree
         self.steps += 1
-        self.forwards += 1
-        out8 = self.int8.forward(tokens, depths, ancestors, last_only)
+        out8 = self.int8.verify(trees)
         self._tree = tokens
         if self.steps % self.every:
             self._caught_up = None
@@ -58,21 +54,18 @@ class LossyInt8Runner:
         p, t = len(self.pending), tokens.numel()
         chain = torch.ones(p + t, p, dtype=torch.bool).tril_()  # the pending chain: causal, seen by every tree node
         ancestors_all = torch.cat([chain, torch.cat([torch.zeros(p, t, dtype=torch.bool), ancestors], 0)], 1)
-        out = self.full.forward(
-            torch.cat([torch.tensor(self.pending, dtype=tokens.dtype), tokens]),
-            torch.cat([torch.arange(p), depths + p]),
-            ancestors_all,
-            last_only,
+        (out,) = self.full.verify(
+            [(torch.cat([torch.tensor(self.pending, dtype=tokens.dtype), tokens]), torch.cat([torch.arange(p), depths + p]), ancestors_all)]
         )
         self.calibrations += 1
         self._caught_up = p
-        return out if last_only else ForwardOutput(out.logits[p:], out.hidden[p:])
+        return [ForwardOutput(out.logits[p:])]
 
-    def commit(self, nodes: list[int]) -> None:
-        self.int8.commit(nodes)
+    def commit(self, slot: int, nodes: list[int]) -> None:
+        self.int8.commit(slot, nodes)
         p = self._caught_up
         if p is None:
             self.pending.extend(int(self._tree[i]) for i in nodes)
             return
-        self.full.commit(list(range(p)) + [p + i for i in nodes])
+        self.full.commit(slot, list(range(p)) + [p + i for i in nodes])
         self.pending, self._caught_up = [], None

@@ -1,10 +1,12 @@
 """Measure what a verification forward costs on this machine, and cache it per model, precision and device.
 
-The dynamic window controller reads this profile: on a CPU a 2-token forward can cost as
-much as an 8-token one, on a GPU 64 tokens cost about what 1 does, and the best tree
-size follows from that curve, not from a guess. `lopa profile` writes the same cache
-file, plus the prefix-length curve and the machine's memory floor (weights' bytes over
-the measured copy bandwidth: no 1-token forward can beat it).
+The cost model (decode/cost.py) reads this profile: a latency surface over rows (sequences in one
+batched forward) x tree tokens per row. On a CPU a 2-token forward can cost as much as an 8-token one
+but 16 rows of 8 cost far more than one; on a GPU 64 tokens cost about what 1 does. The best tree size
+follows from that surface, not from a guess. It is measured once per model, precision, device and
+thread count (Engine.from_pretrained does it when the cache lacks it: the cold-start cost the README
+states); `lopa profile` writes the same cache file, plus the prefix-length curve and the machine's
+memory floor (weights' bytes over the measured copy bandwidth: no 1-token forward can beat it).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .fastkernels import has_fast_kernels
 from .runner import Runner
 
 TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+SURFACE_ROWS = (1, 2, 4, 8, 16)  # batch rows the surface is measured at; tokens per row up to 64 / rows (>= 4)
 PREFIXES = (128, 512, 1024)
 COST_PREFIX = 128  # the prefix length of the cached latency curve
 
@@ -31,16 +34,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int) -> float:
-    """Median seconds of one forward of `tokens` chain tokens after `prefix` committed ones."""
-    runner.reset(prefix + tokens + 1)
-    runner.prefill(some_ids(runner, prefix))
-    inputs = chain(runner, tokens)
+def forward_latency(runner: Runner, tokens: int, prefix: int, reps: int, rows: int = 1) -> float:
+    """Median seconds of one forward of `rows` chains of `tokens` tokens, each after `prefix` committed ones
+    (the runner needs `rows` slots)."""
+    runner.reserve(prefix + tokens + 1)
+    for slot in range(rows):
+        runner.prefill(slot, some_ids(runner, prefix), 0)
+    trees = [chain(runner, tokens)] * rows
     times = []
     for _ in range(reps + 1):  # the first run warms caches (and compiles) and is dropped
         _sync(runner.device)
         start = time.perf_counter()
-        runner.forward(*inputs)
+        runner.verify(trees)
         _sync(runner.device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[1:] or times)
@@ -74,16 +79,29 @@ def measure_costs(runner: Runner, sizes=TREE_SIZES, prefix: int = COST_PREFIX, r
     return {t: forward_latency(runner, t, prefix, reps) for t in sizes}
 
 
-def load_or_measure_costs(runner: Runner, fingerprint: str, sizes=TREE_SIZES) -> dict[int, float]:
-    """The cached latency curve for this model/precision/device/threads; sizes it lacks are measured and added."""
+Surface = dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
+
+
+def surface_cells(max_rows: int, sizes=TREE_SIZES) -> list[tuple[int, int]]:
+    """(rows, tokens per row) to measure: rows up to max_rows, tokens up to 64 / rows but at least 4."""
+    rows = [r for r in SURFACE_ROWS if r <= max_rows]
+    return [(r, t) for r in rows for t in sizes if r == 1 or t <= max(4, 64 // r)]
+
+
+def load_or_measure_surface(runner: Runner, fingerprint: str, max_rows: int = 1, sizes=TREE_SIZES) -> Surface:
+    """The cached latency surface for this model/precision/device/threads; cells it lacks are measured and added."""
     path = profile_path(fingerprint, runner)
     data = json.loads(path.read_text()) if path.exists() else {"prefix": COST_PREFIX}
-    costs = {int(k): v for k, v in data.get("latency_s", {}).items()}
-    missing = [t for t in sizes if t not in costs]
+    surface: Surface = {int(r): {int(t): s for t, s in row.items()} for r, row in data.get("latency_surface_s", {}).items()}
+    surface.setdefault(1, {}).update({int(t): s for t, s in data.get("latency_s", {}).items()})
+    missing = [(r, t) for r, t in surface_cells(max_rows, sizes) if t not in surface.get(r, {})]
     if missing:
-        costs.update(measure_costs(runner, missing))
-        save_profile(path, {**data, "latency_s": dict(sorted(costs.items()))})
-    return costs
+        wide = runner.sibling(max(r for r, _ in missing), COST_PREFIX + max(sizes) + 1)
+        for r, t in missing:
+            surface.setdefault(r, {})[t] = forward_latency(wide, t, COST_PREFIX, 3, rows=r)
+        table = {str(r): {str(t): s for t, s in sorted(row.items())} for r, row in sorted(surface.items())}
+        save_profile(path, {**data, "latency_s": table["1"], "latency_surface_s": table})
+    return surface
 
 
 def save_profile(path: Path, data: dict) -> None:
@@ -115,9 +133,14 @@ def copy_bandwidth(device: torch.device, mbytes: int = 256, reps: int = 5) -> fl
     return 2 * src.numel() * 4 / statistics.median(times[1:])
 
 
-def full_profile(runner: Runner, sizes=TREE_SIZES, prefixes=PREFIXES, reps: int = 3) -> dict:
-    """Latency vs tokens in the forward (at COST_PREFIX) and vs prefix (1 token), and the memory floor."""
+def full_profile(runner: Runner, sizes=TREE_SIZES, prefixes=PREFIXES, reps: int = 3, max_rows: int = 16) -> dict:
+    """Latency vs tokens in the forward (at COST_PREFIX), vs rows x tokens, vs prefix (1 token), and the memory floor."""
     costs = measure_costs(runner, sizes, COST_PREFIX, reps)
+    wide = runner.sibling(max_rows, COST_PREFIX + max(sizes) + 1)
+    surface = {1: costs}
+    for r, t in surface_cells(max_rows, sizes):
+        if r > 1:
+            surface.setdefault(r, {})[t] = forward_latency(wide, t, COST_PREFIX, reps, rows=r)
     limit = runner.max_positions - max(sizes) - 1
     by_prefix = {p: forward_latency(runner, 1, p, reps) for p in prefixes if p <= limit}
     nbytes = weight_bytes(runner.model)
@@ -125,6 +148,7 @@ def full_profile(runner: Runner, sizes=TREE_SIZES, prefixes=PREFIXES, reps: int 
     floor = nbytes / bandwidth
     data = {
         "latency_s": costs,
+        "latency_surface_s": surface,
         "prefix": COST_PREFIX,
         "latency_by_prefix_s": by_prefix,
         "weight_bytes": nbytes,

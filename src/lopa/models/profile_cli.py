@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+from ..cli_options import add_model_options, load_engine
 from ..errors import InvalidRequestError
 
 SPLIT_PROMPT = "Explain in a few paragraphs how a hash table handles collisions, with a short Python example."
@@ -27,13 +28,11 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def register(subparsers) -> None:
-    from .. import cli as lopa_cli
-
     p = subparsers.add_parser(
         "profile", help="measure forward latency vs tree size and prefix, and the memory floor",
         description="Write profile.json and profile.png to --out, and the latency cache the dynamic window reads.",
     )
-    lopa_cli.add_model_options(p)
+    add_model_options(p)
     p.add_argument("--out", default="profile", metavar="DIR", help="where profile.json and profile.png go (default: ./profile)")
     p.add_argument("--sizes", default="1,2,4,8,16,32,64", help="tokens per forward to time")
     p.add_argument("--prefixes", default="128,512,1024", help="committed prefix lengths to time a 1-token forward at")
@@ -50,7 +49,6 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import cli as lopa_cli
     from .breakdown import breakdown_table
     from .profile import full_profile, profile_path, save_profile
     from .threads import apply_threads, save_threads, sweep_threads
@@ -60,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     split_prefixes = _sizes(args.breakdown_prefixes)
     if args.reps < 1:
         raise InvalidRequestError("--reps must be >= 1")
-    engine = lopa_cli.load_engine(args)
+    engine = load_engine(args)
     start = time.perf_counter()
     engine.warm_up()  # with --compile: build the graphs before timing
     warm_up_s = time.perf_counter() - start

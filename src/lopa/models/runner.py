@@ -1,31 +1,35 @@
-"""Drive the stock transformers forward over a draft tree with a preallocated KV cache.
+"""Drive the stock transformers forward over draft trees with preallocated KV slots.
 
-A tree of T tokens is verified in one forward: node i sits at position
-committed_length + depth[i] and attends to the committed prefix plus its own
-ancestors (a 4D additive mask). Sliding-window layers get their own mask, passed
-as the per-layer-type mapping that transformers' hybrid models accept.
-The runner knows nothing about drafting: it gets tokens, depths and an ancestor matrix.
+The runner owns per-layer KV buffers [slots, kv_heads, capacity, head_dim]; each slot holds one
+sequence's committed rows 0..length-1. One call verifies the trees of slots 0..n-1 together: every
+row's tree is written at the same column (the longest committed length in the batch), padded to the
+largest tree, and node i of row b sits at position length_b + depth_i and attends to its row's
+committed prefix plus its own ancestors (a 4D additive mask; sliding-window layers get their own).
+A row's output does not depend on the others. `generate`/`stream` use one slot, the server and
+`generate([...])` many: the same methods, the compiled path included. The runner knows nothing
+about drafting: it gets tokens, depths and an ancestor matrix per row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from transformers import PreTrainedModel
 
 from ..errors import InvalidRequestError, UnsupportedModelError
-from .compiled import BUCKETS, bucket, compile_model, pad_queries
+from .compiled import BUCKETS, bucket, pad_queries
 from .kvcache import TreeKVCache
 
 SUPPORTED_LAYER_TYPES = {"full_attention", "sliding_attention"}
+TreeTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens [T], depths [T], ancestors [T, T]
 
 
 @dataclass
 class ForwardOutput:
-    logits: torch.Tensor  # [T, vocab] (or [1, vocab] when only the last row was asked for)
-    hidden: torch.Tensor  # [T, hidden] last hidden state (the predictor reads `layers`)
-    layers: torch.Tensor | None = None  # [T, len(hidden_layers) * hidden] for Runner.hidden_layers; every row, prefill too
+    logits: torch.Tensor  # [T, vocab] (or [1, vocab] for a prefill: its last position)
+    layers: torch.Tensor | None = None  # [T, len(hidden_layers) * hidden] for Runner.hidden_layers; every row
 
 
 def tree_mask(
@@ -59,25 +63,44 @@ def chunks(total: int, limit: int | None) -> list[tuple[int, int]]:
     return [(lo, min(lo + step, total)) for lo in range(0, total, step)]
 
 
+def stack_trees(trees: list[TreeTensors], rows: int) -> TreeTensors:
+    """The trees as [rows, T] tokens/depths and [rows, T, T] ancestors, padded to the largest; rows past
+    the trees (padding a batch up to a compiled size) hold one token; padding nodes see only themselves."""
+    t = max(tokens.numel() for tokens, _, _ in trees)
+    tokens = torch.zeros(rows, t, dtype=torch.long)
+    depths = torch.zeros(rows, t, dtype=torch.long)
+    ancestors = torch.eye(t, dtype=torch.bool).repeat(rows, 1, 1)
+    for row, (tok, dep, anc) in enumerate(trees):
+        size = tok.numel()
+        tokens[row, :size], depths[row, :size], ancestors[row, :size, :size] = tok, dep, anc
+    return tokens, depths, ancestors
+
+
 class Runner:
-    """Owns the KV cache of one sequence and runs prefill, tree verification and commits."""
+    """Prefill a slot, verify the trees of slots 0..n-1 in one forward, commit each row's accepted path."""
 
     def __init__(
         self,
         model: PreTrainedModel,
+        slots: int = 1,
+        capacity: int = 256,
+        *,
         max_verify_tokens: int | None = None,
-        compile: bool = False,
-        static_capacity: int | None = None,
+        compiled: Callable[..., Any] | None = None,
+        static: bool = False,
     ):
-        """`max_verify_tokens` caps the tokens of one model call: longer trees (and prompts) are fed in
-        chunks, each attending to the rows the earlier chunks wrote, with the same outputs.
-        `compile`: verification forwards (not prefills) through torch.compile, see models/compiled.py.
-        `static_capacity`: one static KV cache of this many rows for every request (fixed shapes; with
-        compile on CUDA, verification forwards replay CUDA graphs)."""
+        """`capacity`: KV rows per slot; they grow on demand unless `static`.
+        `max_verify_tokens` caps the tokens per row of one model call: longer trees (and prompts) are fed
+        in chunks, each attending to the rows the earlier chunks wrote, with the same outputs.
+        `compiled`: the model's forward through torch.compile (models/compiled.py), used for verification.
+        `static`: fixed buffers attended to in full under the mask, batches padded to a power of two: every
+        compiled shape is fixed (CUDA graphs replay them)."""
         if max_verify_tokens is not None and max_verify_tokens < 1:
             raise ValueError(f"max_verify_tokens must be >= 1, got {max_verify_tokens}")
         self.model = model
         self.max_verify_tokens = max_verify_tokens
+        self.compiled = compiled
+        self.static = static
         self.config = model.config.get_text_config()
         layer_types = getattr(self.config, "layer_types", None) or ["full_attention"] * self.config.num_hidden_layers
         unknown = set(layer_types) - SUPPORTED_LAYER_TYPES
@@ -91,38 +114,83 @@ class Runner:
         self.max_positions = getattr(self.config, "max_position_embeddings", None) or 1 << 30
         self.device = model.device
         self.dtype = model.dtype
-        self.cache: TreeKVCache | None = None
-        self.forwards = 0
-        self.static_capacity = static_capacity
-        self.cuda_graphs = compile and static_capacity is not None and self.device.type == "cuda"
-        self.compiled = compile_model(model, self.cuda_graphs) if compile else None
+        self.slots = slots
+        self.lengths = [0] * slots
+        self.capacity = 0
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.offset = torch.zeros((), dtype=torch.long, device=self.device) if static else None
+        self._start = 0  # column where the last verified trees were written
+        self._grow(capacity)
         # hidden_states indices (0 = embeddings, i = the input of decoder layer i) a drafter reads, such as
-        # EAGLE-3's low/middle/high layers; ForwardOutput.layers carries them, empty = None (the default)
+        # EAGLE-3's low/middle/high layers; ForwardOutput.layers carries them. Empty: no hidden states at all
         self.hidden_layers: tuple[int, ...] = ()
 
-    @property
-    def length(self) -> int:
-        return self.cache.length if self.cache else 0
+    def sibling(self, slots: int, capacity: int) -> "Runner":
+        """A runner of `slots` slots over the same model, compiled forward and hidden layers."""
+        runner = Runner(
+            self.model, slots, capacity, max_verify_tokens=self.max_verify_tokens, compiled=self.compiled, static=self.static
+        )
+        runner.hidden_layers = self.hidden_layers
+        return runner
 
-    def reset(self, capacity: int) -> None:
-        """Start a new sequence; the buffers are allocated once and reused while they are big enough."""
-        if self.compiled is not None:
-            capacity += BUCKETS[-1]  # room for padding rows past the last tree
-        if self.static_capacity is not None:
-            if capacity > self.static_capacity:
-                raise InvalidRequestError(
-                    f"this request needs {capacity} KV rows; the static cache holds {self.static_capacity}"
-                )
-            capacity = self.static_capacity
-        if self.cache is None or self.cache.capacity < capacity:
-            static_on = self.device if self.static_capacity is not None else None
-            self.cache = TreeKVCache(self.config.num_hidden_layers, capacity, static_on=static_on)
-        self.cache.set_length(0)
-        self.forwards = 0
+    # --- KV slots ------------------------------------------------------------------------------
+
+    def _grow(self, rows: int) -> None:
+        """Make every slot hold at least `rows` KV rows, keeping what they hold (a static cache cannot grow)."""
+        if rows <= self.capacity:
+            return
+        if self.static and self.buffers:
+            raise InvalidRequestError(f"this request needs {rows} KV rows; the static cache holds {self.capacity}")
+        c = self.config
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        capacity = rows if self.static or not self.buffers else max(rows, 2 * self.capacity)
+        shape = (self.slots, kv_heads, capacity, head_dim)
+        fresh = []
+        for old in self.buffers or [None] * c.num_hidden_layers:
+            pair = tuple(torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2))
+            if old is not None:
+                for new_t, old_t in zip(pair, old):
+                    new_t[:, :, : self.capacity] = old_t
+            fresh.append(pair)
+        self.buffers, self.capacity = fresh, capacity
+
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` KV rows per slot (plus a compiled forward's padding) before decoding starts."""
+        self._grow(rows + (BUCKETS[-1] if self.compiled is not None else 0))
+
+    def _view(self, lo: int, hi: int, length: int) -> TreeKVCache:
+        return TreeKVCache.over([(k[lo:hi], v[lo:hi]) for k, v in self.buffers], length, self.offset)
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Forget the slot's rows past `length`: a draft model's sequence rewinding to what the target kept."""
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(f"cannot truncate a sequence of {self.lengths[slot]} rows to {length}")
+        self.lengths[slot] = length
+
+    def move(self, src: int, dst: int) -> None:
+        """Copy slot src's committed rows into slot dst (to keep the active slots contiguous)."""
+        n = self.lengths[src]
+        for k, v in self.buffers:
+            k[dst, :, :n] = k[src, :, :n]
+            v[dst, :, :n] = v[src, :, :n]
+        self.lengths[dst] = n
+
+    def free(self, slot: int, occupants: list) -> None:
+        """Free `slot` of the slots 0..len(occupants)-1 in use: the last occupant (its KV rows and its entry in
+        `occupants`, the caller's per-slot list) moves into it, so the slots in use stay contiguous."""
+        last = len(occupants) - 1
+        if slot != last:
+            self.move(last, slot)
+            occupants[slot] = occupants[last]
+        occupants.pop()
+        self.lengths[last] = 0
+
+    # --- forwards ------------------------------------------------------------------------------
 
     def masks(self, prefix: torch.Tensor, start: int, positions: torch.Tensor, ancestors: torch.Tensor):
         """The attention mask(s) for trees written at slot `start` of rows whose committed lengths are `prefix`."""
-        width = self.static_capacity
+        width = self.capacity if self.static else None
         full = tree_mask(prefix, start, positions, ancestors, None, self.dtype, width)
         if not self.hybrid:
             return full
@@ -130,83 +198,77 @@ class Runner:
         return {"full_attention": full, "sliding_attention": sliding}
 
     @torch.no_grad()
-    def run(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
-        """One stock transformers forward of tokens [B, T]; returns (logits, last hidden state, hidden_layers or None):
-        logits and last hidden state [B, T or 1, ...], the hidden_layers [B, T, len * hidden] for all T rows."""
+    def _call(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
+        """One stock transformers forward of tokens [B, T]: logits [B, T or 1, vocab], hidden_layers [B, T, ...] or None."""
         t, size = tokens.shape[1], bucket(tokens.shape[1])
         model = self.model
         if self.compiled is not None and not last_only and size is not None:
             model = self.compiled
-            tokens, positions, mask = pad_queries(tokens, positions, mask, size, self.static_capacity is not None)
+            tokens, positions, mask = pad_queries(tokens, positions, mask, size, self.static)
         out = model(
             input_ids=tokens.to(self.device),
             position_ids=positions,
             attention_mask=mask,
             cache=cache,
             use_cache=True,
-            output_hidden_states=True,
+            output_hidden_states=bool(self.hidden_layers),
             logits_to_keep=1 if last_only else 0,
         )
-        self.forwards += 1
-        logits, hidden = out.logits, out.hidden_states[-1]
-        logits, hidden = (logits, hidden[:, -1:]) if last_only else (logits[:, :t], hidden[:, :t])
+        logits = out.logits if last_only else out.logits[:, :t]
         layers = torch.cat([out.hidden_states[i][:, :t] for i in self.hidden_layers], -1) if self.hidden_layers else None
-        if model is not self.model and self.cuda_graphs:  # the graph's next replay overwrites its outputs
-            logits, hidden = logits.clone(), hidden.clone()
-            layers = layers.clone() if layers is not None else None
-        return logits, hidden, layers
+        if model is not self.model and self.static:  # a CUDA graph's next replay overwrites its outputs
+            logits, layers = logits.clone(), None if layers is None else layers.clone()
+        return logits, layers
 
-    @torch.no_grad()
-    def forward(
-        self, tokens: torch.Tensor, depths: torch.Tensor, ancestors: torch.Tensor, last_only: bool = False
-    ) -> ForwardOutput:
-        """Run tokens [T] at positions length + depths [T]; ancestors [T, T] bool includes the diagonal.
-
-        Nodes must come parents first, so a chunk of the tree only attends to itself and earlier chunks."""
-        assert self.cache is not None, "call reset() first"
-        t, base = tokens.numel(), self.length
-        if base + t > self.cache.capacity:
-            raise RuntimeError(f"KV cache overflow: {base} + {t} > {self.cache.capacity}")
-        positions = (depths + base).to(self.device)[None]
-        prefix = torch.tensor([base], device=self.device)
-        ancestors = ancestors.to(self.device)[None]
-        parts = chunks(t, self.max_verify_tokens)
-        logits, hidden, layers = [], [], []
-        for lo, hi in parts:
-            self.cache.set_length(base + lo)
-            mask = self.masks(prefix, base, positions[:, :hi], ancestors[:, lo:hi, :hi])
-            part = self.run(self.cache, tokens[None, lo:hi], positions[:, lo:hi], mask, last_only)
-            part_logits, part_hidden, part_layers = part
-            logits.append(part_logits[0])
-            hidden.append(part_hidden[0])
+    def _forward(self, rows: slice, prefix: list[int], start: int, trees: TreeTensors, last_only: bool):
+        """Write trees [B, T, ...] at column `start` of slots `rows` (committed lengths `prefix`) and run them,
+        in chunks of max_verify_tokens; returns logits [B, T or 1, vocab] and hidden layers or None."""
+        tokens, depths, ancestors = trees
+        t = tokens.shape[1]
+        self._grow(start + (bucket(t) or t if self.compiled is not None else t))
+        lengths = torch.tensor(prefix, device=self.device)
+        positions = depths.to(self.device) + lengths[:, None]
+        ancestors = ancestors.to(self.device)
+        logits, layers = [], []
+        for lo, hi in chunks(t, self.max_verify_tokens):
+            mask = self.masks(lengths, start, positions[:, :hi], ancestors[:, lo:hi, :hi])
+            cache = self._view(rows.start, rows.stop, start + lo)
+            part_logits, part_layers = self._call(cache, tokens[:, lo:hi], positions[:, lo:hi], mask, last_only)
+            logits.append(part_logits)
             if part_layers is not None:
-                layers.append(part_layers[0])
-        self.cache.set_length(base)
-        self.forwards -= len(parts) - 1  # a chunked verification is still one decoding step
-        all_layers = torch.cat(layers) if layers else None
-        if last_only:
-            return ForwardOutput(logits[-1], hidden[-1], all_layers)
-        return ForwardOutput(torch.cat(logits), torch.cat(hidden), all_layers)
+                layers.append(part_layers)
+        logits = logits[-1] if last_only else torch.cat(logits, 1)
+        return logits, torch.cat(layers, 1) if layers else None
 
-    def prefill(self, ids: torch.Tensor) -> ForwardOutput:
-        """Feed tokens causally after the committed rows (a prompt, or a draft model's next tokens), commit
-        them, and return the last position's logits."""
+    def prefill(self, slot: int, ids: torch.Tensor, start: int | None = None) -> ForwardOutput:
+        """Feed tokens causally into `slot` after its first `start` rows (default: all it holds; 0 starts a new
+        sequence; a chunk of a long prompt continues where the last ended) and commit them. Returns the last
+        position's logits and the hidden layers of every fed position."""
+        start = self.lengths[slot] if start is None else start
         t = ids.numel()
         causal = torch.ones(t, t, dtype=torch.bool).tril_()
-        out = self.forward(ids, torch.arange(t), causal, last_only=True)
-        self.cache.set_length(self.length + t)
-        self.forwards -= 1  # prefill is not a decoding forward
-        return out
+        trees = (ids.reshape(1, t), torch.arange(t)[None], causal[None])
+        logits, layers = self._forward(slice(slot, slot + 1), [start], start, trees, last_only=True)
+        self.lengths[slot] = start + t
+        return ForwardOutput(logits[0], None if layers is None else layers[0])
 
-    def truncate(self, length: int) -> None:
-        """Forget every row past `length`: a draft model's sequence rewinding to what the target kept."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a sequence of {self.length} rows to {length}")
-        self.cache.set_length(length)
+    @torch.no_grad()
+    def verify(self, trees: list[TreeTensors]) -> list[ForwardOutput]:
+        """One forward over the trees of slots 0..len(trees)-1; each row's logits (and hidden layers)."""
+        n = len(trees)
+        rows = min(self.slots, 1 << (n - 1).bit_length()) if self.static else n  # fixed batch shapes
+        start = max(self.lengths[:rows])
+        logits, layers = self._forward(slice(0, rows), self.lengths[:rows], start, stack_trees(trees, rows), False)
+        self._start = start
+        return [
+            ForwardOutput(logits[row, : tok.numel()], None if layers is None else layers[row, : tok.numel()])
+            for row, (tok, _, _) in enumerate(trees)
+        ]
 
-    def commit(self, nodes: list[int]) -> None:
-        """Keep tree nodes `nodes` (indices into the last forward, root first) as the next prefix rows."""
-        base = self.length
-        if nodes != list(range(len(nodes))):
-            self.cache.compact(torch.tensor(nodes, device=self.device) + base, base)
-        self.cache.set_length(base + len(nodes))
+    def commit(self, slot: int, nodes: list[int]) -> None:
+        """Keep tree nodes `nodes` (root first) of the last verify as the slot's next committed rows."""
+        base = self.lengths[slot]
+        if self._start != base or nodes != list(range(len(nodes))):
+            src = torch.tensor(nodes, device=self.device) + self._start
+            self._view(slot, slot + 1, base).compact(src, base)
+        self.lengths[slot] = base + len(nodes)

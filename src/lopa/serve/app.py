@@ -23,7 +23,6 @@ from starlette.exceptions import HTTPException
 
 from ..config import GenerationConfig
 from ..errors import InvalidRequestError
-from ..models.batch import BatchRunner
 from .limits import BodyLimit, max_token_chars
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import ChatRequest, CompletionRequest, Reply, UnsupportedField, error_body
@@ -43,7 +42,6 @@ class ServeOptions:
     timeout: float = 300.0  # seconds per request, queueing included
     max_context: int = 2048  # KV rows per batch slot: prompt + max_tokens + one tree
     parallel: bool = True  # False: batched plain decoding (method "ar"), for comparison
-    batch_nodes: int = 64  # draft-tree nodes one batched forward may hold, shared by its rows
     prefill_chunk: int = 64  # longer prompts are prefilled this many tokens per scheduler step (chunked prefill)
     drain_s: float = 30.0  # how long SIGTERM waits for running requests
     max_body_bytes: int = 8 << 20  # larger request bodies get 413 before they are read
@@ -80,11 +78,8 @@ def _error(status: int, message: str, type: str = "invalid_request_error", param
 
 def create_app(engine, options: ServeOptions) -> FastAPI:
     capacity = min(options.max_context, engine.runner.max_positions)
-    runner = BatchRunner(engine.model, options.max_batch, capacity)
-    runner.hidden_layers = engine.runner.hidden_layers  # the features a predictor drafts from
-    scheduler = Scheduler(engine, runner, options.max_queue, options.batch_nodes, options.prefill_chunk)
+    scheduler = Scheduler(engine, engine.runner.sibling(options.max_batch, capacity), options.max_queue, options.prefill_chunk)
     model_name = engine.loaded.name
-    budget = engine.draft.node_budget + 2
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -130,14 +125,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
         return await call_next(request)
 
     def _job_config(body, prompt_len: int) -> GenerationConfig:
-        room = capacity - prompt_len - budget
-        if prompt_len >= capacity or room < 1:
-            raise InvalidRequestError(f"the prompt has {prompt_len} tokens; this server's context holds {capacity}")
         wanted = body.limit()
-        if wanted is not None and wanted > room:
-            raise InvalidRequestError(
-                f"prompt ({prompt_len} tokens) + max_tokens ({wanted}) exceeds the context ({capacity}); at most {room}"
-            )
+        room = engine.answer_room(prompt_len, wanted, capacity)
         cfg = GenerationConfig(
             max_new_tokens=wanted or min(DEFAULT_MAX_TOKENS, room),
             temperature=body.temperature,

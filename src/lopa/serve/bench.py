@@ -1,18 +1,20 @@
 """`lopa bench-serve`: aggregate throughput of a real server under 1..N concurrent streaming clients.
 
-Three servers are started in turn on a free loopback port: lookahead decoding (the
-default), batched plain decoding (--no-parallel) and one request at a time
-(--max-batch 1). Each concurrency level sends greedy chat requests built from
-Spec-Bench prompts; a load run then keeps clients busy for a fixed time and samples the
-server's resident memory. Everything is bounded and stops by itself.
+The servers run side by side, each on a free loopback port: lookahead decoding (the default),
+batched plain decoding (--no-parallel), one request at a time (--max-batch 1) and, on request,
+lookahead through torch.compile (--compile). Each concurrency level sends greedy chat requests
+built from Spec-Bench prompts, interleaved: every round runs each server in turn on the same
+prompts (an idle server waits without using the cores), and a level's figure is the median over
+rounds. A load run then keeps clients busy for a fixed time and samples the lookahead server's
+resident memory. Everything is bounded and stops by itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import os
 import signal
 import socket
 import statistics
@@ -21,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-MODES = {"lopa": [], "plain": ["--no-parallel"], "serial": ["--max-batch", "1"]}
+MODES = {"lopa": [], "plain": ["--no-parallel"], "serial": ["--max-batch", "1"], "compiled": ["--compile"]}
+DEFAULT_MODES = ("lopa", "plain", "serial")
 DEFAULT_PROMPTS = "/work/shared/data/spec_bench_dev.jsonl"
 
 
@@ -32,7 +35,7 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts")
     p.add_argument("--rounds", type=int, default=2, help="requests per client at each level")
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--modes", default=",".join(MODES), help="servers to compare: lopa, plain, serial")
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"servers to compare: {', '.join(MODES)}")
     p.add_argument("--load-seconds", type=float, default=60.0,
                    help="soak length (0: none): lopa server, --load-clients clients streaming, not streaming and leaving")
     p.add_argument("--load-clients", type=int, default=16)
@@ -142,12 +145,16 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max_tokens: int) -> dict:
+async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max_tokens: int, first: int = 0) -> dict:
+    """`clients` concurrent clients each sending `rounds` requests, prompts from index `first` on."""
     import httpx
 
     async with httpx.AsyncClient(timeout=600.0) as client:
         async def worker(w: int) -> list[dict]:
-            return [await one_request(client, url, prompts[(w * rounds + r) % len(prompts)], max_tokens) for r in range(rounds)]
+            return [
+                await one_request(client, url, prompts[(first + w * rounds + r) % len(prompts)], max_tokens)
+                for r in range(rounds)
+            ]
 
         start = time.perf_counter()
         results = [r for rs in await asyncio.gather(*(worker(w) for w in range(clients))) for r in rs]
@@ -165,6 +172,13 @@ async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max
         "latency_p50": _pct([r["latency"] for r in ok], 0.5),
         "latency_p99": _pct([r["latency"] for r in ok], 0.99),
     }
+
+
+def _median_level(rounds: list[dict]) -> dict:
+    """One level's figures over its rounds: medians of the rates and percentiles, sums of the counts."""
+    level = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if key.endswith(("_s", "_p50", "_p99"))}
+    level |= {key: sum(r[key] for r in rounds) for key in ("requests", "failed", "tokens")}
+    return level | {"clients": rounds[0]["clients"], "rounds": rounds}
 
 
 def _metric(url: str, name: str) -> float:
@@ -286,22 +300,27 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"model": args.model or "default", "max_tokens": args.max_tokens, "rounds": args.rounds, "modes": {}}
-    for mode in modes:
-        with ServerProcess(MODES[mode], args.model, max(levels), args.start_timeout) as server:
-            asyncio.run(run_level(server.url, prompts, 1, 1, 8))  # warm-up: first-use profiling, allocations
-            results["modes"][mode] = []
-            for clients in levels:
-                level = asyncio.run(run_level(server.url, prompts, clients, args.rounds, args.max_tokens))
+    with contextlib.ExitStack() as stack:
+        servers = {m: stack.enter_context(ServerProcess(MODES[m], args.model, max(levels), args.start_timeout)) for m in modes}
+        for server in servers.values():
+            asyncio.run(run_level(server.url, prompts, 1, 1, 8))  # warm-up: allocations, first-use paths
+        results["modes"] = {m: [] for m in modes}
+        for clients in levels:
+            rounds: dict[str, list[dict]] = {m: [] for m in modes}
+            for r in range(args.rounds):  # interleaved: every server runs the round's prompts before the next round
+                for mode in modes:
+                    rounds[mode].append(asyncio.run(run_level(servers[mode].url, prompts, clients, 1, args.max_tokens, r * clients)))
+            for mode in modes:
+                level = _median_level(rounds[mode])
                 results["modes"][mode].append(level)
-                print(f"{mode:7s} clients {clients:3d}: {level['tokens_per_s']:7.1f} tok/s  ttft p50 {level['ttft_p50']:.2f}s "
-                      f"p99 {level['ttft_p99']:.2f}s  latency p50 {level['latency_p50']:.2f}s p99 {level['latency_p99']:.2f}s  "
-                      f"failed {level['failed']}", flush=True)
-            if mode == "lopa" and args.load_seconds > 0:
-                load = asyncio.run(load_run(server.url, prompts, args.load_clients, args.load_seconds, args.max_tokens))
-                results["load"] = load
-                print(f"soak: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
-                      f"{load['running_after']:g} still running after, RSS growth over the second half "
-                      f"{load['rss_growth_second_half_pct']:.1f} %", flush=True)
+                print(f"{mode:8s} clients {clients:3d}: {level['tokens_per_s']:7.1f} tok/s  ttft p50 {level['ttft_p50']:.2f}s "
+                      f"latency p50 {level['latency_p50']:.2f}s  failed {level['failed']}", flush=True)
+        if "lopa" in servers and args.load_seconds > 0:
+            load = asyncio.run(load_run(servers["lopa"].url, prompts, args.load_clients, args.load_seconds, args.max_tokens))
+            results["load"] = load
+            print(f"soak: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
+                  f"{load['running_after']:g} still running after, RSS growth over the second half "
+                  f"{load['rss_growth_second_half_pct']:.1f} %", flush=True)
     if args.long_prompt > 0:
         results["prefill"] = {}
         long = long_text(args.model, prompts, args.long_prompt)

@@ -7,10 +7,10 @@ import os
 import sys
 from pathlib import Path
 
+from ..cli_options import add_model_options, load_engine
+
 
 def register(subparsers) -> None:
-    from ..cli import add_model_options
-
     serve = subparsers.add_parser("serve", help="OpenAI-compatible HTTP server with batched lookahead decoding")
     add_model_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -24,7 +24,6 @@ def register(subparsers) -> None:
     serve.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request, queueing included")
     serve.add_argument("--max-context", type=int, default=2048, help="KV rows per batch slot (prompt + max_tokens + tree)")
-    serve.add_argument("--batch-nodes", type=int, default=64, help="draft-tree nodes per batched forward, shared by its rows")
     serve.add_argument("--prefill-chunk", type=int, default=64, metavar="N",
                        help="prompts longer than N tokens are prefilled N tokens per step, between the running batch's steps")
     serve.add_argument("--no-parallel", action="store_true", help="batched plain decoding (one token per step), for comparison")
@@ -59,19 +58,17 @@ def api_key_from(args: argparse.Namespace) -> str | None:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from ..cli import load_engine
     from ..errors import InvalidRequestError
     from .app import DrainingServer, ServeOptions, create_app
 
-    counts = (args.max_batch, args.max_queue, args.batch_nodes, args.prefill_chunk)
+    counts = (args.max_batch, args.max_queue, args.prefill_chunk)
     if min(counts) < 1 or args.timeout <= 0 or args.max_body_mb <= 0:
         raise InvalidRequestError(
-            "--max-batch, --batch-nodes, --max-queue and --prefill-chunk must be >= 1, --timeout and --max-body-mb > 0"
+            "--max-batch, --max-queue and --prefill-chunk must be >= 1, --timeout and --max-body-mb > 0"
         )
     api_key = api_key_from(args)
-    if args.compile:
-        raise InvalidRequestError("--compile applies to single-sequence decoding; the server's batch runner runs eager")
     engine = load_engine(args)
+    engine.profile(max_rows=args.max_batch)  # the latency surface up to the batch (cached; with --compile: its graphs)
     options = ServeOptions(
         api_key=api_key,
         max_batch=args.max_batch,
@@ -79,7 +76,6 @@ def run_serve(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         max_context=args.max_context,
         parallel=not args.no_parallel,
-        batch_nodes=args.batch_nodes,
         prefill_chunk=args.prefill_chunk,
         drain_s=args.drain,
         max_body_bytes=int(args.max_body_mb * 2**20),

@@ -6,9 +6,10 @@ running ones (less padding in the shared KV columns), prefilling each, (3) feeds
 chunk of a long prompt (chunked prefill: a newcomer's long prompt goes in piece by piece
 in the last slot, so the running streams and short newcomers wait one chunk, not the whole
 prompt), then (4) asks every running sequence for its draft tree, verifies all trees in one
-batched forward and lets each sequence accept its own tokens. Requests join and leave between steps
-(continuous batching). The node budget of one forward is shared between the rows, so a
-full batch drafts small trees and a lone request drafts a full one.
+batched forward and lets each sequence accept its own tokens (decode/loop.py's step, the one every
+decoding runs). Requests join and leave between steps (continuous batching). The cost model sizes the
+batch's trees from the latency of a forward of that many rows, so a full batch verifies small trees
+and a lone request a full one.
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ from typing import Callable
 import torch
 
 from ..config import GenerationConfig
-from ..decode.batch import step_batch
-from ..decode.loop import SequenceDecoder
+from ..decode.loop import SequenceDecoder, step
 from ..decode.sampling import TokenLogprob
-from ..models.batch import BatchRunner
-from ..models.runner import ForwardOutput
+from ..models.runner import ForwardOutput, Runner
 from ..text import TextStream, token_pieces
 from .metrics import ServerMetrics
 
@@ -79,12 +78,11 @@ class Job:
 
 
 class Scheduler:
-    def __init__(self, engine, runner: BatchRunner, max_queue: int, batch_nodes: int, prefill_chunk: int):
+    def __init__(self, engine, runner: Runner, max_queue: int, prefill_chunk: int):
         self.engine = engine
         self.runner = runner
         self.max_batch = runner.slots
         self.max_queue = max_queue
-        self.batch_nodes = batch_nodes
         self.prefill_chunk = prefill_chunk  # longer prompts are fed this many tokens per scheduler step
         self.pending: deque[Job] = deque()
         self.active: list[Job] = []  # job i decodes in batch slot i
@@ -237,7 +235,7 @@ class Scheduler:
     def _feed(self, job: Job, slot: int) -> ForwardOutput | None:
         """Feed the next chunk of the job's prompt into `slot`; the last chunk's output, else None."""
         chunk = job.prompt[job.prefilled : job.prefilled + self.prefill_chunk]
-        out = self.runner.prefill_slot(slot, torch.tensor(chunk), job.prefilled)
+        out = self.runner.prefill(slot, torch.tensor(chunk), job.prefilled)
         job.prefilled += len(chunk)
         if out.layers is not None:
             job.prefill_layers.append(out.layers)
@@ -259,7 +257,7 @@ class Scheduler:
     def _step(self) -> None:
         jobs = list(self.active)
         try:
-            results = step_batch(self.runner, [job.seq for job in jobs], self.batch_nodes)
+            results = step(self.runner, [job.seq for job in jobs], self.engine.sizing)
         except Exception as exc:
             self.failed_steps, self.last_error = self.failed_steps + 1, repr(exc)
             self._fail_active(str(exc))
@@ -288,17 +286,20 @@ class Scheduler:
 
     def _release(self, slot: int) -> None:
         """Free a batch slot; the last running request moves into it so slots stay contiguous."""
-        self.runner.free_slot(slot, self.active)
+        self.runner.free(slot, self.active)
 
     def _deliver(self, job: Job, record) -> None:
+        before = len(job.text.ids)
         piece = job.text.push(record.tokens)
+        kept = len(job.text.ids) - before  # fewer than the step's tokens when a stop string ended the answer
         now = time.monotonic()
-        self.metrics.step(len(record.tokens))
+        self.metrics.step(kept)
         if job.first_at is None:
             job.first_at = now
             self.metrics.ttft.observe(now - job.arrived)
-        pieces = token_pieces(self.engine.tokenizer, job.text.ids, len(record.tokens)) if job.pieces else []
-        job.sink(Event("step", piece, pieces, list(record.sources), logprobs=record.logprobs))
+        pieces = token_pieces(self.engine.tokenizer, job.text.ids, kept) if job.pieces else []
+        logprobs = None if record.logprobs is None else record.logprobs[:kept]
+        job.sink(Event("step", piece, pieces, list(record.sources[:kept]), logprobs=logprobs))
 
     def _end(self, job: Job, outcome: str, error: str | None = None) -> None:
         self.metrics.requests.labels(outcome=outcome).inc()

@@ -85,8 +85,8 @@ def _reasoning(rng: random.Random) -> str:
     n = rng.randint(3, 9)
     return rng.choice([
         f"There are {n} people in a room and each shakes hands with every other person once. How many handshakes are there?",
-        f"If all roses are flowers and some flowers fade quickly, can we conclude that some roses fade quickly? Explain.",
-        f"Tom is older than Ann, and Ann is older than Ben. Who is the youngest? Explain step by step.",
+        "If all roses are flowers and some flowers fade quickly, can we conclude that some roses fade quickly? Explain.",
+        "Tom is older than Ann, and Ann is older than Ben. Who is the youngest? Explain step by step.",
         f"I have {n} apples, eat two and buy {n + 1} more. How many apples do I have now?",
         f"A farmer has chickens and cows: {n * 3} heads and {n * 8} legs. How many cows are there?",
     ])

@@ -1,0 +1,92 @@
+"""What a verification forward costs, and so how many draft nodes are worth verifying.
+
+The cost model is a latency surface measured on this hardware (models/profile.py): seconds for a
+forward of `rows` sequences x `tokens` tree nodes each. A step's trees are padded to the largest, so
+the batch chooses one tree size m: the m best nodes of each row, maximising the batch's expected
+tokens per second (n + the sum of the kept nodes' path probabilities) / cost(n, 1 + m). On a CPU
+a batch of 16 already fills the matrix units, so trees shrink as the batch grows; on a GPU they stay.
+
+The measured time of every step corrects the surface as decoding goes: per size class (the forward's
+total tokens, by power of two) a running ratio of measured to predicted time. Where the profile was
+too optimistic for large trees (a long prefix, another process on the cores) trees shrink, down to
+plain decoding; a class no longer chosen slowly returns to the profile, so trees are tried again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SMOOTHING = 0.3  # weight of the newest measurement in a size class's running ratio
+RELAXING = 0.02  # per measured step, how far the other classes' ratios return towards the profile
+
+
+def _interpolate(curve: dict[int, float], x: int, stepwise: bool) -> float:
+    """Piecewise-linear in x through the measured points (extrapolated past the last two); `stepwise`:
+    the next measured point's value (a compiled runner pads to those sizes)."""
+    xs = sorted(curve)
+    if stepwise and x <= xs[-1]:
+        return curve[next(s for s in xs if s >= x)]
+    if x <= xs[0] or len(xs) == 1:
+        return curve[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if x <= hi:
+            return curve[lo] + (x - lo) / (hi - lo) * (curve[hi] - curve[lo])
+    lo, hi = xs[-2], xs[-1]
+    return curve[hi] + (x - hi) * (curve[hi] - curve[lo]) / (hi - lo)
+
+
+@dataclass
+class CostModel:
+    """Forward seconds against (rows, tokens per row), corrected online by measured steps."""
+
+    surface: dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
+    stepwise: bool = False
+    ratios: dict[int, float] = field(default_factory=dict)  # size class -> measured / predicted
+
+    def __post_init__(self) -> None:
+        """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another
+        process woke up during one measurement) must not make a size look worse than a bigger one."""
+        cells = [(r, t) for r, row in self.surface.items() for t in row]
+        self.surface = {
+            r: {t: min(self.surface[r2][t2] for r2, t2 in cells if r2 >= r and t2 >= t) for t in row}
+            for r, row in self.surface.items()
+        }
+
+    @classmethod
+    def flat(cls) -> "CostModel":
+        """When nothing was measured: every size costs the same (GPU-like), so expected tokens decide."""
+        return cls({1: {1: 1.0, 64: 1.0}})
+
+    def predicted(self, rows: int, tokens: int) -> float:
+        """The profile's seconds for a forward of `rows` x `tokens`, between the measured row counts."""
+        by_rows = {r: _interpolate(curve, tokens, self.stepwise) for r, curve in self.surface.items()}
+        return _interpolate(by_rows, rows, False)
+
+    def __call__(self, rows: int, tokens: int) -> float:
+        return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows * tokens), 1.0)
+
+    def observe(self, rows: int, tokens: int, seconds: float) -> None:
+        """A forward of rows x tokens took `seconds`: move that size class's correction towards it."""
+        key, ratio = _size_class(rows * tokens), seconds / self.predicted(rows, tokens)
+        for other, value in self.ratios.items():  # a class no longer chosen is not judged by old steps forever
+            self.ratios[other] = value + RELAXING * (1.0 - value)
+        self.ratios[key] = ratio if key not in self.ratios else (1 - SMOOTHING) * self.ratios[key] + SMOOTHING * ratio
+
+    def tree_size(self, probs: list[list[float]]) -> int:
+        """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first)."""
+        n = len(probs)
+        best, best_rate, expected = 0, n / self(n, 1), float(n)
+        for m in range(1, max(map(len, probs), default=0) + 1):
+            expected += sum(row[m - 1] for row in probs if len(row) >= m)
+            rate = expected / self(n, 1 + m)
+            if rate > best_rate:
+                best, best_rate = m, rate
+        return best
+
+    def summary(self) -> dict:
+        return {"corrections": {str(k): round(v, 3) for k, v in sorted(self.ratios.items())}}
+
+
+def _size_class(total_tokens: int) -> int:
+    """Forwards are corrected together when their total tokens share a power of two."""
+    return max(1, total_tokens).bit_length()

@@ -1,0 +1,62 @@
+"""The cost model: which tree size pays for itself, for one sequence and for a batch, and how measured
+steps correct it."""
+
+from __future__ import annotations
+
+import pytest
+
+from lopa.decode.cost import CostModel
+
+# a CPU-like surface: 1 to 8 tokens of one row cost about the same, rows x tokens beyond that add up
+CPU = {
+    1: {1: 0.030, 2: 0.031, 4: 0.032, 8: 0.034, 16: 0.040, 32: 0.055},
+    4: {1: 0.032, 2: 0.036, 4: 0.042, 8: 0.060},
+    16: {1: 0.040, 2: 0.060, 4: 0.095},
+}
+
+
+def test_only_nodes_that_pay_for_themselves_are_kept() -> None:
+    cpu = CostModel({1: {1: 0.06, 4: 0.09, 8: 0.15}})
+    assert cpu.tree_size([[0.1]]) == 0  # 1.1 tokens for 1.17x the cost: not worth it
+    assert cpu.tree_size([[0.9, 0.8, 0.7, 0.05]]) == 3
+    assert CostModel.flat().tree_size([[0.01] * 5]) == 5
+    assert cpu.tree_size([[]]) == 0
+
+
+def test_a_compiled_runner_is_charged_the_padded_size() -> None:
+    padded = CostModel({1: {1: 0.03, 4: 0.04, 8: 0.05}}, stepwise=True)
+    assert padded(1, 2) == padded(1, 4) == 0.04 and padded(1, 5) == 0.05
+    assert CostModel({1: {1: 0.03, 4: 0.04, 8: 0.05}})(1, 2) < 0.04  # interpolated when nothing is padded
+    assert padded.tree_size([[0.5, 0.4, 0.3, 0.01, 0.01]]) == 3  # a 4-node tree costs what 2 nodes cost
+
+
+def test_trees_shrink_as_the_batch_grows() -> None:
+    cost = CostModel(CPU)
+    row = [0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05]  # the same drafts in every row
+    sizes = {n: cost.tree_size([row] * n) for n in (1, 4, 8, 16)}
+    assert sizes[1] > sizes[4] >= sizes[8] >= sizes[16]
+    assert sizes[1] >= 7 and sizes[16] <= 2
+    assert cost.tree_size([[0.05]] * 16) == 0  # weak drafts in a full batch: plain batched decoding
+
+
+def test_rows_between_measured_counts_are_interpolated() -> None:
+    cost = CostModel(CPU)
+    assert cost(4, 2) < cost(8, 2) < cost(16, 2)
+    assert cost(8, 2) == pytest.approx(0.036 + (8 - 4) / (16 - 4) * (0.060 - 0.036))
+
+
+def test_slow_measured_steps_shrink_trees_and_the_correction_fades() -> None:
+    cost = CostModel(CPU)
+    row = [0.5, 0.4, 0.3, 0.2, 0.1]
+    assert cost.tree_size([row]) == 5
+    for _ in range(6):  # 6-token forwards measured at 3x the profile (a long prefix, a busy core)
+        cost.observe(1, 6, 3 * cost.predicted(1, 6))
+    assert cost.tree_size([row]) < 4
+    for _ in range(200):  # plain steps at the profile's cost: the other classes relax back
+        cost.observe(1, 1, cost.predicted(1, 1))
+    assert cost.tree_size([row]) == 5
+
+
+def test_an_outlier_cannot_make_a_size_cost_more_than_a_larger_one() -> None:
+    noisy = CostModel({1: {1: 0.03, 2: 0.5, 4: 0.04}, 8: {1: 1.7, 2: 0.05}})
+    assert noisy(1, 2) == 0.04 and noisy(8, 1) == 0.05
