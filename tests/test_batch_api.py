@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lopa import Engine
+from lopa import Engine, GenerationConfig
 from lopa.errors import InvalidRequestError
 
 from .prompts import ALL
@@ -45,3 +45,43 @@ def test_a_second_stream_on_one_engine_is_refused_not_corrupted(engine: Engine) 
     assert head + rest == engine.generate(PROMPTS[0], max_new_tokens=24).text
     first.close()
     assert engine.generate(PROMPTS[1], max_new_tokens=8).text  # free again once the stream ended
+
+
+def test_from_model_wraps_a_users_model_without_changing_it(engine: Engine) -> None:
+    """A Hugging Face model the caller loaded (here the stock modules over the engine's weights) is decoded
+    as it is: no reload, no module swapped, lookahead output equal to plain decoding."""
+    from lopa.models.fastkernels import stock_twin
+    from lopa.models.fastlinear import PackedLinear
+
+    theirs = stock_twin(engine.model)
+    wrapped = Engine.from_model(theirs, engine.tokenizer, profile=False)
+    assert wrapped.model is theirs and not any(isinstance(m, PackedLinear) for m in theirs.modules())
+    want = wrapped.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids  # stock kernels round differently
+    result = wrapped.generate(PROMPTS[0], max_new_tokens=32)
+    assert result.token_ids == want and result.stats.tokens_per_forward > 1.0
+
+
+def test_a_registered_drafter_joins_every_tree(engine: Engine) -> None:
+    from lopa.draft.registry import DRAFTERS, drafter
+    from lopa.draft.tree import Proposal
+
+    class Repeater:  # proposes the last token twice: rarely right, never harmful
+        source = "repeat"
+
+        def start(self, prompt):
+            pass
+
+        def propose(self, context, max_depth):
+            return [Proposal([context[-1]] * min(2, max_depth), [0.9] * min(2, max_depth), self.source)]
+
+        def observe(self, feedback):
+            pass
+
+    drafter("repeat")(lambda e: Repeater())
+    try:
+        drafters = engine.drafting_for(GenerationConfig()).drafters
+        assert [d.source for d in drafters][-1] == "repeat"
+        want = engine.generate(PROMPTS[1], max_new_tokens=24, method="ar").token_ids
+        assert engine.generate(PROMPTS[1], max_new_tokens=24).token_ids == want
+    finally:
+        del DRAFTERS["repeat"]
