@@ -58,7 +58,7 @@ def test_from_model_wraps_a_users_model_without_changing_it(engine: Engine) -> N
     assert wrapped.model is theirs and not any(isinstance(m, PackedLinear) for m in theirs.modules())
     want = wrapped.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids  # stock kernels round differently
     result = wrapped.generate(PROMPTS[0], max_new_tokens=32)
-    assert result.token_ids == want and result.stats.tokens_per_forward > 1.0
+    assert result.token_ids == want and result.stats.tree_nodes > result.stats.forwards  # trees were verified
 
 
 def test_a_registered_drafter_joins_every_tree(engine: Engine) -> None:
