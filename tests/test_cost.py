@@ -60,3 +60,16 @@ def test_slow_measured_steps_shrink_trees_and_the_correction_fades() -> None:
 def test_an_outlier_cannot_make_a_size_cost_more_than_a_larger_one() -> None:
     noisy = CostModel({1: {1: 0.03, 2: 0.5, 4: 0.04}, 8: {1: 1.7, 2: 0.05}})
     assert noisy(1, 2) == 0.04 and noisy(8, 1) == 0.05
+
+
+def test_a_machine_faster_than_its_profile_keeps_choosing_by_the_profile() -> None:
+    """Every size measured at half the profile: the unmeasured sizes scale alike, so the choice is unchanged
+    (and an unmeasured flat model, whose 'seconds' are not seconds, keeps verifying every node)."""
+    cost, row = CostModel(CPU), [0.5, 0.4, 0.3, 0.2, 0.1]
+    for _ in range(10):
+        cost.observe(1, 1, 0.5 * cost.predicted(1, 1))
+    assert cost.tree_size([row]) == CostModel(CPU).tree_size([row])
+    flat = CostModel.flat()
+    for _ in range(10):
+        flat.observe(1, 1, 0.03)
+    assert flat.tree_size([[0.01] * 5]) == 5

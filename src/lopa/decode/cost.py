@@ -7,9 +7,12 @@ tokens per second (n + the sum of the kept nodes' path probabilities) / cost(n, 
 a batch of 16 already fills the matrix units, so trees shrink as the batch grows; on a GPU they stay.
 
 The measured time of every step corrects the surface as decoding goes: per size class (the forward's
-total tokens, by power of two) a running ratio of measured to predicted time. Where the profile was
-too optimistic for large trees (a long prefix, another process on the cores) trees shrink, down to
-plain decoding; a class no longer chosen slowly returns to the profile, so trees are tried again.
+total tokens, by power of two) a running ratio of measured to predicted time. A class not measured yet
+(or no longer chosen, drifting back) takes the running ratio of all steps when that is below 1 (the
+whole machine is faster than profiled: every size scales alike) and the profile's own figure otherwise,
+so sizes that were not tried look no worse than the profile says. Where the profile was too optimistic
+for large trees (a long prefix, another process on the cores) trees shrink, down to plain decoding,
+which is then measured too.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class CostModel:
     surface: dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
     stepwise: bool = False
     ratios: dict[int, float] = field(default_factory=dict)  # size class -> measured / predicted
+    overall: float | None = None  # measured / predicted over every step
 
     def __post_init__(self) -> None:
         """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another
@@ -62,15 +66,21 @@ class CostModel:
         by_rows = {r: _interpolate(curve, tokens, self.stepwise) for r, curve in self.surface.items()}
         return _interpolate(by_rows, rows, False)
 
+    @property
+    def unmeasured(self) -> float:
+        """The correction of a size class with no steps of its own."""
+        return min(1.0, self.overall) if self.overall is not None else 1.0
+
     def __call__(self, rows: int, tokens: int) -> float:
-        return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows * tokens), 1.0)
+        return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows * tokens), self.unmeasured)
 
     def observe(self, rows: int, tokens: int, seconds: float) -> None:
         """A forward of rows x tokens took `seconds`: move that size class's correction towards it."""
         key, ratio = _size_class(rows * tokens), seconds / self.predicted(rows, tokens)
+        self.overall = _smooth(self.overall, ratio)
         for other, value in self.ratios.items():  # a class no longer chosen is not judged by old steps forever
-            self.ratios[other] = value + RELAXING * (1.0 - value)
-        self.ratios[key] = ratio if key not in self.ratios else (1 - SMOOTHING) * self.ratios[key] + SMOOTHING * ratio
+            self.ratios[other] = value + RELAXING * (self.unmeasured - value)
+        self.ratios[key] = _smooth(self.ratios.get(key), ratio)
 
     def tree_size(self, probs: list[list[float]]) -> int:
         """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first)."""
@@ -84,7 +94,11 @@ class CostModel:
         return best
 
     def summary(self) -> dict:
-        return {"corrections": {str(k): round(v, 3) for k, v in sorted(self.ratios.items())}}
+        return {"corrections": {str(k): round(v, 3) for k, v in sorted(self.ratios.items())}, "overall": self.overall}
+
+
+def _smooth(old: float | None, new: float) -> float:
+    return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
 
 
 def _size_class(total_tokens: int) -> int:
