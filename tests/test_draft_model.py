@@ -23,6 +23,7 @@ from lopa.errors import ModelLoadError
 from lopa.models.runner import Runner
 
 from .conftest import tiny_llama
+from .served import served_and_plain
 
 PROMPT = [2, 3, 4, 5, 6, 2, 3, 4]
 
@@ -140,19 +141,9 @@ def test_qwen_coder_drafting_for_itself_in_int8_is_exact() -> None:
 def test_served_sequences_each_draft_through_their_own_runner(engine: Engine) -> None:
     """`lopa serve --draft-model`: concurrent requests in one batch each get a Runner (own KV cache) over the one
     draft model; their answers equal the engine's alone, and drafts were accepted."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from fastapi.testclient import TestClient
-
-    from lopa.serve.app import ServeOptions, create_app
-
     drafted = Engine(engine.loaded, DraftConfig(draft_model="self", draft_model_dtype="float32"), predictor=False)
     drafted.use_draft_model(engine.model, engine.tokenizer)  # the target drafting for itself: every chain accepted
-    prompts = ["List three prime numbers.", "Write a haiku about the sea.", "Name four colours of the rainbow."]
-    want = [engine.generate(p, max_new_tokens=24, chat=False, method="ar").text for p in prompts]
-    app = create_app(drafted, ServeOptions(max_batch=4, timeout=60.0))
-    with TestClient(app) as client, ThreadPoolExecutor(len(prompts)) as pool:
-        got = list(pool.map(lambda p: client.post("/v1/completions", json={"prompt": p, "max_tokens": 24}).json(), prompts))
+    got, want = served_and_plain(drafted, engine, max_tokens=24, timeout=60.0)
     assert [g["choices"][0]["text"] for g in got] == want
     assert max(g["lopa"]["tokens_per_forward"] for g in got) > 2.0
     twice = drafted.drafting_for(GenerationConfig()).drafters + drafted.drafting_for(GenerationConfig()).drafters

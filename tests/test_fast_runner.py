@@ -18,6 +18,7 @@ from lopa.models.fastlinear import PackedLinear
 from lopa.models.quantize import Int8Linear
 from lopa.models.runner import Runner
 
+from .served import served_and_plain
 from .test_runner import random_tree
 
 PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain how a hash map works."]
@@ -269,19 +270,9 @@ def test_models_the_fast_path_refuses_keep_stock_modules(tmp_path, caplog) -> No
 def test_compiled_server_returns_the_eager_answers(engine: Engine) -> None:
     """`lopa serve --compile`: the server's batched runner through inductor (warm_up makes the batch size
     dynamic) answers concurrent requests with plain decoding's text."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from fastapi.testclient import TestClient
-
-    from lopa.serve.app import ServeOptions, create_app
-
     compiled = Engine(engine.loaded, DraftConfig(node_budget=3), compile=True, predictor=False)
     compiled.cost = engine.cost
     compiled.warm_up(rows=4)
-    prompts = ["List three prime numbers.", "Write a haiku about the sea.", "Name four colours of the rainbow."]
-    want = [engine.generate(p, max_new_tokens=24, chat=False, method="ar").text for p in prompts]
-    app = create_app(compiled, ServeOptions(max_batch=4, timeout=600.0))
-    with TestClient(app) as client, ThreadPoolExecutor(len(prompts)) as pool:
-        got = list(pool.map(lambda p: client.post("/v1/completions", json={"prompt": p, "max_tokens": 24}).json(), prompts))
+    got, want = served_and_plain(compiled, engine, max_tokens=24, timeout=600.0)
     assert [g["choices"][0]["text"] for g in got] == want
     assert max(g["lopa"]["tokens_per_forward"] for g in got) > 1.0

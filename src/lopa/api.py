@@ -198,7 +198,7 @@ class Engine:
         generations under dynamo's error_on_recompile)."""
         if self.runner.compiled is None or rows <= self._warm_rows:
             return
-        wide = self.runner.sibling(rows, 64)
+        wide = self.runner if rows == 1 else self.runner.sibling(rows, self.runner.capacity)
         sizes = buckets_up_to(self.draft.node_budget + 1)
         batches = [r for r in (1, 2, 4, 8, 16) if r <= rows] if self.runner.static else [1, 2][:rows]
         for batch in batches:

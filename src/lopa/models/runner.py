@@ -205,6 +205,10 @@ class Runner:
         if self.compiled is not None and not last_only and size is not None:
             model = self.compiled
             tokens, positions, mask = pad_queries(tokens, positions, mask, size, self.static)
+            if not self.static:  # one graph whatever the slots' capacity (it grows; each runner has its own)
+                for layer in cache.layers:
+                    torch._dynamo.maybe_mark_dynamic(layer.keys, 2)
+                    torch._dynamo.maybe_mark_dynamic(layer.values, 2)
         out = model(
             input_ids=tokens.to(self.device),
             position_ids=positions,
