@@ -7,7 +7,7 @@ tokens per second (n + the sum of the kept nodes' path probabilities) / cost(n, 
 a batch of 16 already fills the matrix units, so trees shrink as the batch grows; on a GPU they stay.
 
 The measured time of every step corrects the surface as decoding goes: per size class (the forward's
-total tokens, by power of two) a running ratio of measured to predicted time. A class not measured yet
+rows, and its tokens per row by power of two) a running ratio of measured to predicted time. A class not measured yet
 (or no longer chosen, drifting back) takes the running ratio of all steps when that is below 1 (the
 whole machine is faster than profiled: every size scales alike) and the profile's own figure otherwise,
 so sizes that were not tried look no worse than the profile says. Where the profile was too optimistic
@@ -44,7 +44,7 @@ class CostModel:
 
     surface: dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
     stepwise: bool = False
-    ratios: dict[int, float] = field(default_factory=dict)  # size class -> measured / predicted
+    ratios: dict[tuple[int, int], float] = field(default_factory=dict)  # size class -> measured / predicted
     overall: float | None = None  # measured / predicted over every step
 
     def __post_init__(self) -> None:
@@ -72,11 +72,11 @@ class CostModel:
         return min(1.0, self.overall) if self.overall is not None else 1.0
 
     def __call__(self, rows: int, tokens: int) -> float:
-        return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows * tokens), self.unmeasured)
+        return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows, tokens), self.unmeasured)
 
     def observe(self, rows: int, tokens: int, seconds: float) -> None:
         """A forward of rows x tokens took `seconds`: move that size class's correction towards it."""
-        key, ratio = _size_class(rows * tokens), seconds / self.predicted(rows, tokens)
+        key, ratio = _size_class(rows, tokens), seconds / self.predicted(rows, tokens)
         self.overall = _smooth(self.overall, ratio)
         for other, value in self.ratios.items():  # a class no longer chosen is not judged by old steps forever
             self.ratios[other] = value + RELAXING * (self.unmeasured - value)
@@ -93,14 +93,12 @@ class CostModel:
                 best, best_rate = m, rate
         return best
 
-    def summary(self) -> dict:
-        return {"corrections": {str(k): round(v, 3) for k, v in sorted(self.ratios.items())}, "overall": self.overall}
-
 
 def _smooth(old: float | None, new: float) -> float:
     return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
 
 
-def _size_class(total_tokens: int) -> int:
-    """Forwards are corrected together when their total tokens share a power of two."""
-    return max(1, total_tokens).bit_length()
+def _size_class(rows: int, tokens: int) -> tuple[int, int]:
+    """Forwards are corrected together when they have as many rows and their tokens per row share a power of
+    two (a batch's per-row bookkeeping must not be charged to a lone sequence's trees)."""
+    return rows, max(1, tokens).bit_length()
