@@ -232,6 +232,7 @@ def build_methods(
         elif name in LOPA_VARIANTS:
             draft = dataclasses.replace(engine.draft, **LOPA_VARIANTS[name])
             variant = Engine(engine.loaded, draft, predictor=engine.predictor or False)  # --predictor's, loaded once
+            variant.cost = engine.cost  # the same model on the same hardware: its profile
             if draft.draft_model is not None:
                 variant.use_draft_model(engine.draft_model, engine.tokenizer)  # loaded once too
             if draft.use_prompt_lookup or draft.use_ngram_pool or variant.predictor is not None or draft.draft_model:
@@ -241,7 +242,7 @@ def build_methods(
         elif name in COMPILED_METHODS:
             if compiled is None:
                 compiled = Engine(engine.loaded, engine.draft, compile=True, predictor=engine.predictor or False)
-                compiled.warm_up()
+                compiled.profile(max_rows=1)  # builds the graphs, and the compiled (padded) latency curve
             methods[name] = EngineMethod(name, compiled, COMPILED_METHODS[name])
         elif (reason := llamacpp_missing()) is not None:
             skipped[name] = reason
