@@ -82,13 +82,15 @@ class CostModel:
             self.ratios[other] = value + RELAXING * (self.unmeasured - value)
         self.ratios[key] = _smooth(self.ratios.get(key), ratio)
 
-    def tree_size(self, probs: list[list[float]]) -> int:
-        """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first)."""
+    def tree_size(self, probs: list[list[float]], corrected: bool = True) -> int:
+        """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first).
+        `corrected=False`: by the profile alone (a seeded sampled answer must not depend on measured times)."""
+        cost = self if corrected else self.predicted
         n = len(probs)
-        best, best_rate, expected = 0, n / self(n, 1), float(n)
+        best, best_rate, expected = 0, n / cost(n, 1), float(n)
         for m in range(1, max(map(len, probs), default=0) + 1):
             expected += sum(row[m - 1] for row in probs if len(row) >= m)
-            rate = expected / self(n, 1 + m)
+            rate = expected / cost(n, 1 + m)
             if rate > best_rate:
                 best, best_rate = m, rate
         return best

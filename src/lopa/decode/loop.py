@@ -151,7 +151,8 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     accepts fails only that row (its entry is the exception)."""
     start = time.perf_counter()
     drafts = [seq.draft() for seq in seqs]
-    size = cost.tree_size([d.probs for d in drafts]) if cost is not None else None
+    seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
+    size = cost.tree_size([d.probs for d in drafts], corrected=not seeded) if cost is not None else None
     trees = [d.tree(size) for d in drafts]
     drafted = time.perf_counter()
     outs = runner.verify([tree.tensors() for tree in trees])
