@@ -307,15 +307,13 @@ class Engine:
             drafting = self.drafting_for(cfg)
             output = SequenceOutput(self, prompt_ids, cfg)
             runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
-            steps = 0
             for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting, self.sizing):
-                steps += bool(output.text.ids)  # the first record came from the prefill
                 piece = output.add(record)
                 if piece:
                     yield StreamChunk(piece, record)
                 if output.text.stopped:
                     break
-            tail, result = output.finish(steps, drafting)
+            tail, result = output.finish(len(output.stats.steps) - 1, drafting)  # the first came from the prefill
             if tail:
                 yield StreamChunk(tail, record)
             yield result

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SMOOTHING = 0.3  # weight of the newest measurement in a size class's running ratio
-RELAXING = 0.02  # per measured step, how far the other classes' ratios return towards the profile
+SMOOTHING = 0.3  # weight of the newest measurement in a running ratio
+RELAXING = 0.02  # per measured step, how far the other classes' ratios return to an unmeasured class's
 
 
 def _interpolate(curve: dict[int, float], x: int, stepwise: bool) -> float:

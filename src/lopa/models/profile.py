@@ -75,10 +75,6 @@ def profile_path(fingerprint: str, runner: Runner) -> Path:
     return cache_root() / "profiles" / name
 
 
-def measure_costs(runner: Runner, sizes=TREE_SIZES, prefix: int = COST_PREFIX, reps: int = 3) -> dict[int, float]:
-    return {t: forward_latency(runner, t, prefix, reps) for t in sizes}
-
-
 Surface = dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
 
 
@@ -86,6 +82,15 @@ def surface_cells(max_rows: int, sizes=TREE_SIZES) -> list[tuple[int, int]]:
     """(rows, tokens per row) to measure: rows up to max_rows, tokens up to 64 / rows but at least 4."""
     rows = [r for r in SURFACE_ROWS if r <= max_rows]
     return [(r, t) for r in rows for t in sizes if r == 1 or t <= max(4, 64 // r)]
+
+
+def measure_surface(runner: Runner, cells: list[tuple[int, int]], reps: int = 3) -> Surface:
+    """Seconds of forwards of (rows, tokens per row) `cells` after COST_PREFIX tokens, on a runner of as many slots."""
+    wide = runner.sibling(max(r for r, _ in cells), COST_PREFIX + max(t for _, t in cells) + 1)
+    surface: Surface = {}
+    for r, t in cells:
+        surface.setdefault(r, {})[t] = forward_latency(wide, t, COST_PREFIX, reps, rows=r)
+    return surface
 
 
 def load_or_measure_surface(runner: Runner, fingerprint: str, max_rows: int = 1, sizes=TREE_SIZES) -> Surface:
@@ -96,9 +101,8 @@ def load_or_measure_surface(runner: Runner, fingerprint: str, max_rows: int = 1,
     surface.setdefault(1, {}).update({int(t): s for t, s in data.get("latency_s", {}).items()})
     missing = [(r, t) for r, t in surface_cells(max_rows, sizes) if t not in surface.get(r, {})]
     if missing:
-        wide = runner.sibling(max(r for r, _ in missing), COST_PREFIX + max(sizes) + 1)
-        for r, t in missing:
-            surface.setdefault(r, {})[t] = forward_latency(wide, t, COST_PREFIX, 3, rows=r)
+        for r, row in measure_surface(runner, missing).items():
+            surface.setdefault(r, {}).update(row)
         table = {str(r): {str(t): s for t, s in sorted(row.items())} for r, row in sorted(surface.items())}
         save_profile(path, {**data, "latency_s": table["1"], "latency_surface_s": table})
     return surface
@@ -135,12 +139,8 @@ def copy_bandwidth(device: torch.device, mbytes: int = 256, reps: int = 5) -> fl
 
 def full_profile(runner: Runner, sizes=TREE_SIZES, prefixes=PREFIXES, reps: int = 3, max_rows: int = 16) -> dict:
     """Latency vs tokens in the forward (at COST_PREFIX), vs rows x tokens, vs prefix (1 token), and the memory floor."""
-    costs = measure_costs(runner, sizes, COST_PREFIX, reps)
-    wide = runner.sibling(max_rows, COST_PREFIX + max(sizes) + 1)
-    surface = {1: costs}
-    for r, t in surface_cells(max_rows, sizes):
-        if r > 1:
-            surface.setdefault(r, {})[t] = forward_latency(wide, t, COST_PREFIX, reps, rows=r)
+    surface = measure_surface(runner, surface_cells(max_rows, sizes), reps)
+    costs = surface[1]
     limit = runner.max_positions - max(sizes) - 1
     by_prefix = {p: forward_latency(runner, 1, p, reps) for p in prefixes if p <= limit}
     nbytes = weight_bytes(runner.model)
