@@ -61,7 +61,7 @@ def test_from_model_wraps_a_users_model_without_changing_it(engine: Engine) -> N
     assert result.token_ids == want and result.stats.tree_nodes > result.stats.forwards  # trees were verified
 
 
-def test_a_registered_drafter_joins_every_tree(engine: Engine) -> None:
+def test_a_registered_drafter_joins_the_trees(engine: Engine) -> None:
     from lopa.draft.registry import DRAFTERS, drafter
     from lopa.draft.tree import Proposal
 

@@ -145,7 +145,9 @@ def test_served_sequences_each_draft_through_their_own_runner(engine: Engine) ->
     drafted.use_draft_model(engine.model, engine.tokenizer)  # the target drafting for itself: every chain accepted
     got, want = served_and_plain(drafted, engine, max_tokens=24, timeout=60.0)
     assert [g["choices"][0]["text"] for g in got] == want
-    assert max(g["lopa"]["tokens_per_forward"] for g in got) > 2.0
+    # drafts were accepted (fewer than every step's: a full fp32 copy drafting costs as much as it saves on a CPU,
+    # so decode/pricing.py asks it only while it pays, then probes)
+    assert max(g["lopa"]["tokens_per_forward"] for g in got) > 1.5
     twice = drafted.drafting_for(GenerationConfig()).drafters + drafted.drafting_for(GenerationConfig()).drafters
     runners = {id(d.runner) for d in twice if d.source == "draft"}
     assert len(runners) == 2, "each sequence drafts through a runner of its own"

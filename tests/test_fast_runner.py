@@ -136,7 +136,9 @@ def test_int8_self_draft_is_lossless(engine: Engine, int8_engine: Engine) -> Non
     drafted.use_draft_model(int8_engine.model, int8_engine.tokenizer)  # share the loaded int8 model
     result = drafted.generate(PROMPTS[0], max_new_tokens=32)
     assert result.token_ids == engine.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids
-    assert sum(step["sources"].count("draft") for step in result.stats.steps) >= 8
+    # accepted drafts (not at every step: on this CPU a 4-token int8 chain costs about what its tokens save, so
+    # decode/pricing.py asks it only while it pays, and probes)
+    assert sum(step["sources"].count("draft") for step in result.stats.steps) >= 2
     assert result.stats.drafters["draft"]["chain_acceptance"] > 0.5
 
 

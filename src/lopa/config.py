@@ -78,7 +78,6 @@ class DraftConfig:
     use_prompt_lookup: bool = True
     use_ngram_pool: bool = True
     use_predictor: bool = True  # the EAGLE-3 predictor (the shipped one, when it fits the model)
-    predictor_min_hit_rate: float = 0.35  # the predictor drafts only while its recent depth-1 hit rate is this high
     # a model sharing the target's tokenizer drafts chains: catalog name, HF directory or .gguf; "self" = the
     # target itself (in draft_model_dtype). Lossless: the target verifies every token. See draft/draft_model.py
     draft_model: str | None = None
@@ -109,5 +108,3 @@ class DraftConfig:
             raise InvalidRequestError(f"draft_model_dtype must be one of {DRAFT_DTYPES}, got {self.draft_model_dtype!r}")
         if self.draft_depth < 1 or self.draft_alternatives < 0:
             raise InvalidRequestError("draft_depth must be >= 1 and draft_alternatives >= 0")
-        if not 0.0 <= self.predictor_min_hit_rate <= 1.0:
-            raise InvalidRequestError(f"predictor_min_hit_rate must be in [0, 1], got {self.predictor_min_hit_rate}")

@@ -46,6 +46,7 @@ class CostModel:
     stepwise: bool = False
     ratios: dict[tuple[int, int], float] = field(default_factory=dict)  # size class -> measured / predicted
     overall: float | None = None  # measured / predicted over every step
+    rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second a whole step makes
 
     def __post_init__(self) -> None:
         """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another
@@ -81,6 +82,14 @@ class CostModel:
         for other, value in self.ratios.items():  # a class no longer chosen is not judged by old steps forever
             self.ratios[other] = value + RELAXING * (self.unmeasured - value)
         self.ratios[key] = _smooth(self.ratios.get(key), ratio)
+
+    def observe_step(self, rows: int, tokens: int, seconds: float) -> None:
+        """A whole step of `rows` sequences (drafting, forward, acceptance) emitted `tokens` in `seconds`."""
+        self.rates[rows] = _smooth(self.rates.get(rows), tokens / seconds)
+
+    def rate(self, rows: int) -> float | None:
+        """Tokens per second steps of `rows` sequences make (what a second of drafting costs); None if unmeasured."""
+        return self.rates.get(rows)
 
     def tree_size(self, probs: list[list[float]], corrected: bool = True) -> int:
         """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first).

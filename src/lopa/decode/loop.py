@@ -20,6 +20,7 @@ from ..draft.tree import DraftTree, RankedDraft, rank
 from ..models.runner import ForwardOutput, Runner
 from .cost import CostModel
 from .feedback import StepFeedback
+from .pricing import DraftPricing
 from .sampling import TokenLogprob, target_distribution, token_logprobs
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
@@ -47,6 +48,10 @@ class Drafting:
     drafters: list[Drafter]
     controller: WindowController
     config: DraftConfig = field(default_factory=DraftConfig)
+    pricing: DraftPricing = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pricing = DraftPricing([d.source for d in self.drafters])
 
 
 def kv_rows(prompt_len: int, max_new_tokens: int, node_budget: int) -> int:
@@ -80,6 +85,7 @@ class SequenceDecoder:
         self.produced = 0
         self.step = 0
         self.done = False
+        self.proposing_s: dict[str, float] = {}  # the last draft's proposing time per drafter source
         for drafter in drafting.drafters if drafting else ():
             drafter.start(self.prompt)
 
@@ -105,13 +111,19 @@ class SequenceDecoder:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
 
-    def draft(self) -> RankedDraft:
-        """The drafters' proposals for the next step, ranked best first (none for plain decoding)."""
+    def draft(self, rate: float | None = None) -> RankedDraft:
+        """The proposals of the drafters that pay at the batch's `rate` (tokens/s; None: of all), ranked best
+        first (none for plain decoding)."""
         root, drafting = self.context[-1], self.drafting
         if not drafting:
             return RankedDraft(root)
-        depth = drafting.controller.depth
-        proposals = [p for d in drafting.drafters for p in d.propose(self.context, depth)]
+        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate), []
+        self.proposing_s = {}
+        for drafter in drafting.drafters:
+            if drafter.source in proposing:
+                start = time.perf_counter()
+                proposals += drafter.propose(self.context, depth)
+                self.proposing_s[drafter.source] = time.perf_counter() - start
         return rank(root, proposals, drafting.config, depth, drafting.config.node_budget)
 
     def advance(self, tree: DraftTree, out: ForwardOutput) -> tuple[StepRecord, list[int]]:
@@ -133,6 +145,7 @@ class SequenceDecoder:
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
             drafting.controller.update(self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist())
+            drafting.pricing.record(self.proposing_s, sources[:-1])
         context.extend(new[:keep])
         self.produced += keep
         self.step += 1
@@ -150,8 +163,9 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     An exception while drafting or verifying fails the whole batch (it propagates); one while a row
     accepts fails only that row (its entry is the exception)."""
     start = time.perf_counter()
-    drafts = [seq.draft() for seq in seqs]
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
+    rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
+    drafts = [seq.draft(rate) for seq in seqs]
     size = cost.tree_size([d.probs for d in drafts], corrected=not seeded) if cost is not None else None
     trees = [d.tree(size) for d in drafts]
     drafted = time.perf_counter()
@@ -169,6 +183,8 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
+        emitted = sum(len(r.tokens) for r in results if isinstance(r, StepRecord))
+        cost.observe_step(len(seqs), emitted, time.perf_counter() - start)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)

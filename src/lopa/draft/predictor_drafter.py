@@ -54,7 +54,6 @@ class PredictorDrafter:
         max_nodes: int = 24,
         min_path_prob: float = 0.02,
         rates: AcceptanceRates | None = None,
-        min_hit_rate: float = 0.0,
     ):
         self.predictor = predictor
         self.top_k = top_k
@@ -70,15 +69,9 @@ class PredictorDrafter:
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (draft logits, feature) after the tree root
         self.first: int | None = None  # its likeliest token after the root, at the last step
         self.first_hits = self.first_trials = 0  # how often that was the target's token (depth-1 top-1 acceptance)
-        # draft only while the recent depth-1 hit rate (EMA) is at least this: below it the drafting and the
-        # larger verification cost more than the accepted tokens save (the first guess is free: it comes
-        # with the committed rows, so the rate keeps being measured while drafting is off)
-        self.min_hit_rate = min_hit_rate
-        self.hit_rate = 0.5
-        # while drafting is off, committed rows wait here and run in one forward every PROBE_EVERY steps
-        # (a probe: it measures the hit rate again), so an idle predictor costs almost nothing
+        # committed rows wait here until the next proposal runs them in one forward: while the step does not ask
+        # this drafter (decode/pricing.py: it does not pay at the batch's rate) it costs almost nothing
         self.pending: list[tuple[list[int], torch.Tensor]] = []
-        self.steps = 0
 
     @property
     def hidden_layers(self) -> tuple[int, ...]:
@@ -88,8 +81,7 @@ class PredictorDrafter:
     def start(self, prompt: Sequence[int]) -> None:
         self.cache.reset()
         self.prefill = self.root = self.first = None
-        self.first_hits = self.first_trials = self.steps = 0
-        self.hit_rate = 0.5
+        self.first_hits = self.first_trials = 0
         self.pending = []
 
     def observe_prefill(self, layers: torch.Tensor) -> None:
@@ -100,15 +92,10 @@ class PredictorDrafter:
             raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
         self._learn(feedback)
         if self.first is not None:
-            hit = feedback.new_tokens[0] == self.first
             self.first_trials += 1
-            self.first_hits += hit
-            self.hit_rate = 0.9 * self.hit_rate + 0.1 * hit
+            self.first_hits += feedback.new_tokens[0] == self.first
             self.first = None
         self.pending.append((feedback.new_tokens, feedback.layers[feedback.accepted_nodes]))
-        self.steps += 1
-        if self.hit_rate >= self.min_hit_rate or self.steps % PROBE_EVERY == 0:
-            self._flush()
 
     def _learn(self, feedback: StepFeedback) -> None:
         """Score each proposed token that reached the tree and whose parent the target accepted, in its bin."""
@@ -128,18 +115,15 @@ class PredictorDrafter:
 
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
         if self.prefill is not None:  # rows for prompt[1:] + the first token, from the prompt's features
-            self.pending.append((list(context[1:]), self.prefill))
+            self.pending.insert(0, (list(context[1:len(context) - sum(len(t) for t, _ in self.pending)]), self.prefill))
             self.prefill = None
+        if self.pending:
             self._flush()
-        if self.pending:  # drafting is off and this is no probe step: the root's row was not run
-            return []
         if self.root is None:
             raise ValueError(f"the runner returns no hidden layers: set runner.hidden_layers = {self.hidden_layers}")
         depth = min(max_depth, self.max_depth)
         self.first = self.predictor.draft_ids[int(self.root[0].argmax())].item()
-        if depth < 1 or self.hit_rate < self.min_hit_rate:
-            return []
-        return self._draft(depth, len(context))
+        return self._draft(depth, len(context)) if depth >= 1 else []
 
     def _flush(self) -> None:
         """Run the pending committed rows in one predictor forward."""
@@ -215,7 +199,6 @@ class PredictorDrafter:
 
 
 BINS = 10
-PROBE_EVERY = 8  # steps between probes of an idle predictor
 
 
 def _bin(prob: float) -> int:

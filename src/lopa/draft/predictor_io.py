@@ -41,6 +41,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import ModelLoadError
+from ..models.fastlinear import PackedLinear, packing_available, replace_linears
 from .files import model_identity, read_config_json, read_weights
 from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
 
@@ -155,7 +156,10 @@ def predictor_for(model, spec: PredictorSpec, enabled: bool = True) -> Eagle3Pre
         if spec is None and not fits(DEFAULT_PREDICTOR_DIR, model):
             return None
         spec = DEFAULT_PREDICTOR_DIR
-    return load_predictor(spec, model)
+    predictor = load_predictor(spec, model)
+    if packing_available(model):  # it drafts at every step: its small matrices at memory speed too (half the time)
+        replace_linears(predictor, PackedLinear)
+    return predictor
 
 
 def fits(path: Path, model) -> bool:

@@ -47,7 +47,7 @@ def _predictor(engine: Any) -> Drafter | None:
     c = engine.draft
     if engine.predictor is None:
         return None
-    return PredictorDrafter(engine.predictor, c.top_k_per_depth, c.max_depth, c.node_budget, min_hit_rate=c.predictor_min_hit_rate)
+    return PredictorDrafter(engine.predictor, c.top_k_per_depth, c.max_depth, c.node_budget)
 
 
 @drafter("draft")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import signal
 import socket
@@ -32,6 +33,8 @@ def add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench-serve", help="throughput and latency of `lopa serve` under concurrent clients")
     p.add_argument("--model", default=None)
     p.add_argument("--prompts", default=DEFAULT_PROMPTS, help="Spec-Bench jsonl (question_id, category, turns)")
+    p.add_argument("--prompt-order", choices=("categories", "file"), default="categories",
+                   help="categories: one prompt of each category in turn; file: the file's order")
     p.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts")
     p.add_argument("--rounds", type=int, default=2, help="requests per client at each level")
     p.add_argument("--max-tokens", type=int, default=64)
@@ -48,9 +51,18 @@ def add_bench_parser(subparsers) -> None:
     p.set_defaults(func=run_bench)
 
 
-def load_prompts(path: str) -> list[str]:
+def load_prompts(path: str, order: str = "categories") -> list[str]:
+    """The first turns of a Spec-Bench jsonl. `order` "file" keeps the file's order (Spec-Bench dev opens with its
+    MT-bench categories, 5 prompts each, so small levels see only writing and roleplay); "categories" takes one
+    prompt of each category in turn, so every level samples the whole set."""
     with open(path) as f:
-        return [json.loads(line)["turns"][0] for line in f if line.strip()]
+        rows = [json.loads(line) for line in f if line.strip()]
+    if order == "categories":
+        by_category: dict[str, list[dict]] = {}
+        for row in rows:
+            by_category.setdefault(row.get("category", ""), []).append(row)
+        rows = [row for group in itertools.zip_longest(*by_category.values()) for row in group if row is not None]
+    return [row["turns"][0] for row in rows]
 
 
 def _free_port() -> int:
@@ -296,10 +308,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if unknown:
         print(f"lopa: error: unknown modes {sorted(unknown)}", file=sys.stderr)
         return 2
-    prompts = load_prompts(args.prompts)
+    prompts = load_prompts(args.prompts, args.prompt_order)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"model": args.model or "default", "max_tokens": args.max_tokens, "rounds": args.rounds, "modes": {}}
+    results = {"model": args.model or "default", "max_tokens": args.max_tokens, "rounds": args.rounds,
+               "prompt_order": args.prompt_order, "modes": {}}
     with contextlib.ExitStack() as stack:
         servers = {m: stack.enter_context(ServerProcess(MODES[m], args.model, max(levels), args.start_timeout)) for m in modes}
         for server in servers.values():

@@ -1,0 +1,72 @@
+"""Which drafters pay for their time, per sequence, at the batch's going rate.
+
+A drafter's proposing takes CPU time that every row of the batch waits for: `seconds` of it cost the batch
+`seconds x rate` tokens, where `rate` is the tokens per second the batch makes (measured by the cost model
+per batch size). It pays when the tokens it gets accepted (the accepted tree nodes of its source) exceed that.
+Its time is taken from every proposal but its first, which also takes in the prompt; a proposal after idling
+also catches up on the text it missed (one forward of the predictor or the draft model), a small overcharge.
+So a lone request keeps the EAGLE predictor (a few ms per step against ~40 tokens/s), while a full batch on a
+CPU (~150 tokens/s: a token is worth ~7 ms) keeps it only where it is accepted a lot, and keeps the nearly free
+n-gram drafters everywhere. A drafter found not to pay still observes every step (its state stays current) and
+proposes again after PROBE_EVERY steps, then after twice as many while it keeps not paying (up to MAX_IDLE),
+so its figures are measured again as the text or the batch changes without the probes costing what it saves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROBE_EVERY = 8  # steps before a drafter that does not pay proposes again, to be measured again
+MAX_IDLE = 64  # the longest wait between such probes
+SMOOTHING = 0.3  # weight of the newest step in the running figures (a plain mean over the first few)
+PRIOR_TOKENS = 1.0  # what a drafter is trusted to yield per step before it is measured, weighing as one step
+KEEP = 0.5  # a drafter proposing at every step goes on while its tokens are this share of its cost (one step's
+# yield is noisy: 5, 1, 5, ... accepted tokens must not end a drafter that pays); an idle one must pay in full
+
+
+@dataclass
+class DrafterPrice:
+    seconds: float | None = None  # running proposing time per step it proposed
+    tokens: float = PRIOR_TOKENS  # running accepted tokens of its source per step it proposed
+    steps: int = 0  # steps it proposed
+    idle: int = 0  # steps since it last proposed
+    warm: bool = False  # it proposed at the last step
+    wait: int = PROBE_EVERY  # steps until its next probe while it does not pay
+
+    def pays(self, rate: float | None) -> bool:
+        """Whether it proposes this step: it pays (or there is nothing to judge by: a seeded sampled answer, not
+        measured yet), or it is due for a probe."""
+        if rate is None or self.seconds is None or self.tokens >= self.seconds * rate * (KEEP if self.warm else 1.0):
+            self.wait = PROBE_EVERY
+            return True
+        if self.idle + 1 >= self.wait:
+            self.wait = min(MAX_IDLE, 2 * self.wait)
+            return True
+        return False
+
+
+class DraftPricing:
+    """Running time and yield of each drafter source of one sequence."""
+
+    def __init__(self, sources: list[str]):
+        self.prices = {source: DrafterPrice() for source in sources}
+
+    def proposing(self, rate: float | None) -> set[str]:
+        """The sources to ask for proposals this step, at the batch's `rate` (tokens/s; None: every one)."""
+        return {source for source, price in self.prices.items() if price.pays(rate)}
+
+    def record(self, seconds: dict[str, float], accepted_sources: list[str]) -> None:
+        """A step: the proposing time of each source that proposed, and the sources of the accepted nodes."""
+        for source, price in self.prices.items():
+            if source not in seconds:
+                price.idle, price.warm = price.idle + 1, False
+                continue
+            if price.steps:  # a first proposal also takes in the prompt (the predictor's rows, a draft model's prefill)
+                price.seconds = _smooth(price.seconds, seconds[source])
+            price.idle, price.warm, price.steps = 0, True, price.steps + 1
+            weight = max(SMOOTHING, 1 / (price.steps + 1))  # the prior counts as one step
+            price.tokens += weight * (accepted_sources.count(source) - price.tokens)
+
+
+def _smooth(old: float | None, new: float) -> float:
+    return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new

@@ -1,0 +1,84 @@
+"""Drafter pricing: a drafter proposes while its accepted tokens outweigh what its time costs the batch."""
+
+from __future__ import annotations
+
+import time
+
+from lopa import Engine
+from lopa.config import GenerationConfig
+from lopa.decode.pricing import MAX_IDLE, PROBE_EVERY, DraftPricing
+from lopa.draft.tree import Proposal
+
+from .prompts import ALL
+
+PROMPT = ALL[2].text
+
+
+def _run(pricing: DraftPricing, rate: float | None, steps: int, seconds: dict[str, float], accepted: list[str]) -> list[set]:
+    """`steps` steps at `rate`: each source that proposes takes its seconds; `accepted` are the step's accepted sources."""
+    asked = []
+    for _ in range(steps):
+        proposing = pricing.proposing(rate)
+        asked.append(proposing)
+        pricing.record({s: seconds[s] for s in proposing}, [s for s in accepted if s in proposing])
+    return asked
+
+
+def test_an_expensive_drafter_pays_for_a_lone_request_but_not_for_a_full_batch() -> None:
+    seconds = {"lookup": 0.0001, "predictor": 0.008}
+    accepted = ["predictor", "lookup"]  # one token each per step
+    lone = _run(DraftPricing(["lookup", "predictor"]), 30.0, 20, seconds, accepted)  # 8 ms cost 0.24 tokens
+    assert all(asked == {"lookup", "predictor"} for asked in lone)
+    batch = _run(DraftPricing(["lookup", "predictor"]), 400.0, 20, seconds, accepted)  # 8 ms cost 3.2 tokens
+    assert all("lookup" in asked for asked in batch)
+    assert sum("predictor" in asked for asked in batch) < 20 / 4  # only its first step and probes
+
+
+def test_a_drafter_that_does_not_pay_is_probed_ever_less_often_and_returns_when_it_pays() -> None:
+    pricing = DraftPricing(["predictor"])
+    asked = _run(pricing, 200.0, 2 + 7 * PROBE_EVERY, {"predictor": 0.008}, [])
+    probes = [i for i, a in enumerate(asked) if a]
+    # the first proposal is not timed (it catches up on the prompt), the second is; then probes
+    assert probes == [0, 1, 1 + PROBE_EVERY, 1 + 3 * PROBE_EVERY, 1 + 7 * PROBE_EVERY]
+    assert max(b - a for a, b in zip(probes, probes[1:])) <= MAX_IDLE
+    # the text turned predictable: every probe now gets 4 tokens accepted, and it soon proposes every step
+    later = _run(pricing, 200.0, 4 * MAX_IDLE, {"predictor": 0.008}, ["predictor"] * 4)
+    assert all(later[-PROBE_EVERY:])
+
+
+def test_without_a_rate_every_drafter_proposes() -> None:
+    """A seeded sampled answer must not depend on measured times (the tree decides its random draws)."""
+    asked = _run(DraftPricing(["lookup", "predictor"]), None, 30, {"lookup": 0.001, "predictor": 1.0}, [])
+    assert all(a == {"lookup", "predictor"} for a in asked)
+
+
+def test_a_slow_useless_drafter_stops_being_asked_and_the_output_is_unchanged(engine: Engine) -> None:
+    from lopa.draft.registry import DRAFTERS, drafter
+
+    calls = []
+
+    class Slow:  # 50 ms per proposal, always wrong
+        source = "slow"
+
+        def start(self, prompt):
+            pass
+
+        def propose(self, context, max_depth):
+            calls.append(len(context))
+            time.sleep(0.05)
+            return [Proposal([0] * min(3, max_depth), [0.99] * min(3, max_depth), self.source)]
+
+        def observe(self, feedback):
+            pass
+
+    drafter("slow")(lambda e: Slow())
+    try:
+        want = engine.generate(PROMPT, max_new_tokens=40, method="ar").token_ids
+        result = engine.generate(PROMPT, max_new_tokens=40)
+        assert result.token_ids == want
+        assert 1 <= len(calls) < result.stats.forwards / 2
+        calls.clear()
+        seeded = engine.generate(PROMPT, GenerationConfig(max_new_tokens=12, temperature=0.8, seed=3))
+        assert len(calls) == seeded.stats.forwards  # asked at every step
+    finally:
+        del DRAFTERS["slow"]
