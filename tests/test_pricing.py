@@ -82,3 +82,15 @@ def test_a_slow_useless_drafter_stops_being_asked_and_the_output_is_unchanged(en
         assert len(calls) == seeded.stats.forwards  # asked at every step
     finally:
         del DRAFTERS["slow"]
+
+
+def test_a_new_sequence_starts_from_what_earlier_sequences_measured() -> None:
+    """A sequence joining a full batch does not first pay again to learn that the predictor does not pay there,
+    and still trusts a cheap drafter that yielded nothing lately (a new text may suit it)."""
+    shared: dict = {}
+    seconds = {"lookup": 0.0001, "predictor": 0.008}
+    _run(DraftPricing(["lookup", "predictor"], shared), 200.0, 20, seconds, [])  # nothing accepted at all
+    later = _run(DraftPricing(["lookup", "predictor"], shared), 200.0, PROBE_EVERY - 1, seconds, [])
+    assert all(asked == {"lookup"} for asked in later)
+    lone = _run(DraftPricing(["lookup", "predictor"], shared), 30.0, 3, seconds, ["predictor"])  # 8 ms cost 0.24
+    assert all("predictor" in asked for asked in lone)

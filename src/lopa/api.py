@@ -17,6 +17,7 @@ from tqdm import tqdm
 from .config import DraftConfig, GenerationConfig
 from .decode.cost import CostModel
 from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode, kv_rows, step
+from .decode.pricing import DrafterPrice
 from .decode.sampling import TokenLogprob
 from .decode.window import WindowController
 from .draft.predictor_io import PredictorSpec, predictor_for
@@ -111,6 +112,7 @@ class Engine:
         if self.predictor is not None:
             self.runner.hidden_layers = tuple(self.predictor.config.aux_layers)
         self.cost = CostModel.flat()
+        self.drafter_prices: dict[str, DrafterPrice] = {}  # each drafter's time and yield over the sequences so far
         self._warm_rows = 0  # with compile: the batch rows warm_up() has built graphs for
         self._int8_runner: Runner | None = None
         self._draft_model: torch.nn.Module | None = None
@@ -272,7 +274,8 @@ class Engine:
         """Fresh drafters and window for one sequence decoded with `cfg`; None for plain decoding (`ar`)."""
         if cfg.method != "lopa":
             return None
-        return Drafting(new_drafters(self), WindowController(self.draft.max_depth, self.draft.dynamic_window), self.draft)
+        window = WindowController(self.draft.max_depth, self.draft.dynamic_window)
+        return Drafting(new_drafters(self), window, self.draft, self.drafter_prices)
 
     @property
     def sizing(self) -> CostModel | None:

@@ -20,7 +20,7 @@ from ..draft.tree import DraftTree, RankedDraft, rank
 from ..models.runner import ForwardOutput, Runner
 from .cost import CostModel
 from .feedback import StepFeedback
-from .pricing import DraftPricing
+from .pricing import DrafterPrice, DraftPricing
 from .sampling import TokenLogprob, target_distribution, token_logprobs
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
@@ -48,10 +48,11 @@ class Drafting:
     drafters: list[Drafter]
     controller: WindowController
     config: DraftConfig = field(default_factory=DraftConfig)
+    prices: dict[str, DrafterPrice] | None = None  # the drafters' running figures over earlier sequences
     pricing: DraftPricing = field(init=False)
 
     def __post_init__(self) -> None:
-        self.pricing = DraftPricing([d.source for d in self.drafters])
+        self.pricing = DraftPricing([d.source for d in self.drafters], self.prices)
 
 
 def kv_rows(prompt_len: int, max_new_tokens: int, node_budget: int) -> int:

@@ -44,12 +44,24 @@ class DrafterPrice:
             return True
         return False
 
+    def update(self, seconds: float | None, tokens: int) -> None:
+        """It proposed: `seconds` (None: not a step's own time) and `tokens` of its source accepted."""
+        if seconds is not None:
+            self.seconds = _smooth(self.seconds, seconds)
+        self.steps += 1
+        self.tokens += max(SMOOTHING, 1 / (self.steps + 1)) * (tokens - self.tokens)  # the prior counts as one step
+
 
 class DraftPricing:
-    """Running time and yield of each drafter source of one sequence."""
+    """Running time and yield of each drafter source of one sequence, starting from `shared`: the running figures
+    over the sequences before it (Engine keeps them), so a sequence joining a full batch does not first pay for
+    finding out again that the predictor does not pay there."""
 
-    def __init__(self, sources: list[str]):
-        self.prices = {source: DrafterPrice() for source in sources}
+    def __init__(self, sources: list[str], shared: dict[str, DrafterPrice] | None = None):
+        shared = {} if shared is None else shared
+        self.shared = {source: shared.setdefault(source, DrafterPrice()) for source in sources}
+        # a new text may suit a drafter the last ones did not: it starts trusted for at least PRIOR_TOKENS
+        self.prices = {s: DrafterPrice(known.seconds, max(known.tokens, PRIOR_TOKENS)) for s, known in self.shared.items()}
 
     def proposing(self, rate: float | None) -> set[str]:
         """The sources to ask for proposals this step, at the batch's `rate` (tokens/s; None: every one)."""
@@ -61,11 +73,11 @@ class DraftPricing:
             if source not in seconds:
                 price.idle, price.warm = price.idle + 1, False
                 continue
-            if price.steps:  # a first proposal also takes in the prompt (the predictor's rows, a draft model's prefill)
-                price.seconds = _smooth(price.seconds, seconds[source])
-            price.idle, price.warm, price.steps = 0, True, price.steps + 1
-            weight = max(SMOOTHING, 1 / (price.steps + 1))  # the prior counts as one step
-            price.tokens += weight * (accepted_sources.count(source) - price.tokens)
+            # a sequence's first proposal also takes in the prompt (the predictor's rows, a draft model's prefill)
+            timed = seconds[source] if price.steps else None
+            price.update(timed, accepted_sources.count(source))
+            self.shared[source].update(timed, accepted_sources.count(source))
+            price.idle, price.warm = 0, True
 
 
 def _smooth(old: float | None, new: float) -> float:
