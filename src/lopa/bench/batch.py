@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ..cli_options import load_engine
-from .data import load_questions, select
+from .data import load_questions, spread
 
 
 def run_batch_bench(engine, prompts: list[str], max_new_tokens: int, repeats: int, max_batch: int) -> dict:
@@ -44,15 +44,6 @@ def run_batch_bench(engine, prompts: list[str], max_new_tokens: int, repeats: in
         "batched_tokens_per_s": batch_tps,
         "speedup": batch_tps / seq_tps,
     }
-
-
-def spread(questions: list, count: int) -> list:
-    """`count` questions taken from every category in turn (the first of each, then the second, ...)."""
-    by_category: dict[str, list] = {}
-    for q in select(questions, None, None, 0):
-        by_category.setdefault(q.category, []).append(q)
-    rounds = zip(*(qs + [None] * (count - len(qs)) for qs in by_category.values()))
-    return [q for row in rounds for q in row if q is not None][:count]
 
 
 def run(args) -> int:

@@ -91,3 +91,12 @@ def select(
             pool = [q for i, q in enumerate(pool) if i in keep]
         chosen.extend(pool)
     return chosen
+
+
+def spread(questions: list, count: int) -> list:
+    """`count` questions taken from every category in turn (the first of each, then the second, ...)."""
+    by_category: dict[str, list] = {}
+    for q in questions:
+        by_category.setdefault(q.category, []).append(q)
+    rounds = zip(*(qs + [None] * (count - len(qs)) for qs in by_category.values()))
+    return [q for row in rounds for q in row if q is not None][:count]

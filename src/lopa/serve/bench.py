@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import signal
 import socket
@@ -23,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ..bench.data import load_questions, spread
 
 MODES = {"lopa": [], "plain": ["--no-parallel"], "serial": ["--max-batch", "1"], "compiled": ["--compile"]}
 DEFAULT_MODES = ("lopa", "plain", "serial")
@@ -55,14 +56,10 @@ def load_prompts(path: str, order: str = "categories") -> list[str]:
     """The first turns of a Spec-Bench jsonl. `order` "file" keeps the file's order (Spec-Bench dev opens with its
     MT-bench categories, 5 prompts each, so small levels see only writing and roleplay); "categories" takes one
     prompt of each category in turn, so every level samples the whole set."""
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    questions = load_questions(path)
     if order == "categories":
-        by_category: dict[str, list[dict]] = {}
-        for row in rows:
-            by_category.setdefault(row.get("category", ""), []).append(row)
-        rows = [row for group in itertools.zip_longest(*by_category.values()) for row in group if row is not None]
-    return [row["turns"][0] for row in rows]
+        questions = spread(questions, len(questions))
+    return [q.turns[0] for q in questions]
 
 
 def _free_port() -> int:
