@@ -30,8 +30,12 @@ class DrafterPrice:
     tokens: float = PRIOR_TOKENS  # running accepted tokens of its source per step it proposed
     steps: int = 0  # steps it proposed
     idle: int = 0  # steps since it last proposed
-    warm: bool = False  # it proposed at the last step
     wait: int = PROBE_EVERY  # steps until its next probe while it does not pay
+
+    @property
+    def warm(self) -> bool:
+        """It proposed at the last step."""
+        return self.steps > 0 and self.idle == 0
 
     def pays(self, rate: float | None) -> bool:
         """Whether it proposes this step: it pays (or there is nothing to judge by: a seeded sampled answer, not
@@ -71,13 +75,13 @@ class DraftPricing:
         """A step: the proposing time of each source that proposed, and the sources of the accepted nodes."""
         for source, price in self.prices.items():
             if source not in seconds:
-                price.idle, price.warm = price.idle + 1, False
+                price.idle += 1
                 continue
             # a sequence's first proposal also takes in the prompt (the predictor's rows, a draft model's prefill)
             timed = seconds[source] if price.steps else None
             price.update(timed, accepted_sources.count(source))
             self.shared[source].update(timed, accepted_sources.count(source))
-            price.idle, price.warm = 0, True
+            price.idle = 0
 
 
 def _smooth(old: float | None, new: float) -> float:
