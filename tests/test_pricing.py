@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from lopa import Engine
 from lopa.config import GenerationConfig
+from lopa.decode.cost import CostModel
+from lopa.decode.loop import Drafting, SequenceDecoder, step
 from lopa.decode.pricing import MAX_IDLE, PROBE_EVERY, DraftPricing
+from lopa.decode.window import WindowController
 from lopa.draft.tree import Proposal
 
 from .prompts import ALL
@@ -14,11 +19,34 @@ from .prompts import ALL
 PROMPT = ALL[2].text
 
 
-def _run(pricing: DraftPricing, rate: float | None, steps: int, seconds: dict[str, float], accepted: list[str]) -> list[set]:
-    """`steps` steps at `rate`: each source that proposes takes its seconds; `accepted` are the step's accepted sources."""
+class Slow:
+    """A drafter that takes `seconds` per proposal and is always wrong; `calls` gets each proposal's context length."""
+
+    source = "slow"
+
+    def __init__(self, seconds: float, calls: list[int]):
+        self.seconds, self.calls = seconds, calls
+
+    def start(self, prompt):
+        pass
+
+    def propose(self, context, max_depth):
+        self.calls.append(len(context))
+        time.sleep(self.seconds)
+        return [Proposal([0] * min(3, max_depth), [0.99] * min(3, max_depth), self.source)]
+
+    def observe(self, feedback):
+        pass
+
+
+def _run(
+    pricing: DraftPricing, rate: float | None, steps: int, seconds: dict[str, float], accepted: list[str], rows: int = 1
+) -> list[set]:
+    """`steps` steps at `rate` in a batch of `rows`: each source that proposes takes its seconds; `accepted` are the
+    step's accepted sources."""
     asked = []
     for _ in range(steps):
-        proposing = pricing.proposing(rate)
+        proposing = pricing.proposing(rate, rows)
         asked.append(proposing)
         pricing.record({s: seconds[s] for s in proposing}, [s for s in accepted if s in proposing])
     return asked
@@ -46,6 +74,12 @@ def test_a_drafter_that_does_not_pay_is_probed_ever_less_often_and_returns_when_
     assert all(later[-PROBE_EVERY:])
 
 
+def test_in_a_batch_probes_come_as_many_times_less_often_as_it_has_rows() -> None:
+    """A probe of one row makes every row wait while only that row may gain."""
+    asked = _run(DraftPricing(["predictor"]), 200.0, 2 + 3 * 4 * PROBE_EVERY, {"predictor": 0.008}, [], rows=4)
+    assert [i for i, a in enumerate(asked) if a] == [0, 1, 1 + 4 * PROBE_EVERY, 1 + 3 * 4 * PROBE_EVERY]
+
+
 def test_without_a_rate_every_drafter_proposes() -> None:
     """A seeded sampled answer must not depend on measured times (the tree decides its random draws)."""
     asked = _run(DraftPricing(["lookup", "predictor"]), None, 30, {"lookup": 0.001, "predictor": 1.0}, [])
@@ -55,23 +89,8 @@ def test_without_a_rate_every_drafter_proposes() -> None:
 def test_a_slow_useless_drafter_stops_being_asked_and_the_output_is_unchanged(engine: Engine) -> None:
     from lopa.draft.registry import DRAFTERS, drafter
 
-    calls = []
-
-    class Slow:  # 50 ms per proposal, always wrong
-        source = "slow"
-
-        def start(self, prompt):
-            pass
-
-        def propose(self, context, max_depth):
-            calls.append(len(context))
-            time.sleep(0.05)
-            return [Proposal([0] * min(3, max_depth), [0.99] * min(3, max_depth), self.source)]
-
-        def observe(self, feedback):
-            pass
-
-    drafter("slow")(lambda e: Slow())
+    calls: list[int] = []
+    drafter("slow")(lambda e: Slow(0.05, calls))
     try:
         want = engine.generate(PROMPT, max_new_tokens=40, method="ar").token_ids
         result = engine.generate(PROMPT, max_new_tokens=40)
@@ -94,3 +113,17 @@ def test_a_new_sequence_starts_from_what_earlier_sequences_measured() -> None:
     assert all(asked == {"lookup"} for asked in later)
     lone = _run(DraftPricing(["lookup", "predictor"], shared), 30.0, 3, seconds, ["predictor"])  # 8 ms cost 0.24
     assert all("predictor" in asked for asked in lone)
+
+
+def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine) -> None:
+    """A slow drafter must not make its own time look cheap by slowing the steps the rate is measured on."""
+    cfg = GenerationConfig(max_new_tokens=4)
+    drafting = Drafting([Slow(0.3, [])], WindowController(4), engine.draft)
+    seq = SequenceDecoder(engine.tokenizer(PROMPT).input_ids, cfg, engine.eos_ids, drafting)
+    runner = engine.runner.sibling(1, seq.capacity)
+    out = runner.prefill(0, torch.tensor(seq.prompt), 0)
+    seq.first(out.logits)
+    cost = CostModel.flat()
+    (record,) = step(runner, [seq], cost)  # unmeasured: every drafter proposes, the slow one sleeps 0.3 s
+    assert record.draft_s >= 0.3
+    assert cost.rate(1) > 1 / 0.15  # one token per step over the forward alone (~25-60 ms here), not over 0.3 s more

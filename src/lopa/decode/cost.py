@@ -46,7 +46,7 @@ class CostModel:
     stepwise: bool = False
     ratios: dict[tuple[int, int], float] = field(default_factory=dict)  # size class -> measured / predicted
     overall: float | None = None  # measured / predicted over every step
-    rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second a whole step makes
+    rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second of steps without drafting
 
     def __post_init__(self) -> None:
         """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another
@@ -83,12 +83,14 @@ class CostModel:
             self.ratios[other] = value + RELAXING * (self.unmeasured - value)
         self.ratios[key] = _smooth(self.ratios.get(key), ratio)
 
-    def observe_step(self, rows: int, tokens: int, seconds: float) -> None:
-        """A whole step of `rows` sequences (drafting, forward, acceptance) emitted `tokens` in `seconds`."""
-        self.rates[rows] = _smooth(self.rates.get(rows), tokens / seconds)
+    def observe_step(self, rows: int, seconds: float) -> None:
+        """A step of `rows` sequences took `seconds` besides drafting (its forward, acceptance and commits)."""
+        self.rates[rows] = _smooth(self.rates.get(rows), rows / seconds)
 
     def rate(self, rows: int) -> float | None:
-        """Tokens per second steps of `rows` sequences make (what a second of drafting costs); None if unmeasured."""
+        """What a second of drafting costs in a batch of `rows`: the tokens per second its steps would make
+        without drafting (one per row per step; not the drafts' own tokens, which are what drafting buys, nor
+        its time, or an expensive drafter would slow the batch and so look cheaper). None if unmeasured."""
         return self.rates.get(rows)
 
     def tree_size(self, probs: list[list[float]], corrected: bool = True) -> int:

@@ -112,13 +112,13 @@ class SequenceDecoder:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
 
-    def draft(self, rate: float | None = None) -> RankedDraft:
-        """The proposals of the drafters that pay at the batch's `rate` (tokens/s; None: of all), ranked best
-        first (none for plain decoding)."""
+    def draft(self, rate: float | None = None, rows: int = 1) -> RankedDraft:
+        """The proposals of the drafters that pay at the `rate` (tokens/s; None: of all) of a batch of `rows`,
+        ranked best first (none for plain decoding)."""
         root, drafting = self.context[-1], self.drafting
         if not drafting:
             return RankedDraft(root)
-        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate), []
+        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows), []
         self.proposing_s = {}
         for drafter in drafting.drafters:
             if drafter.source in proposing:
@@ -166,7 +166,7 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     start = time.perf_counter()
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
     rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
-    drafts = [seq.draft(rate) for seq in seqs]
+    drafts = [seq.draft(rate, len(seqs)) for seq in seqs]
     size = cost.tree_size([d.probs for d in drafts], corrected=not seeded) if cost is not None else None
     trees = [d.tree(size) for d in drafts]
     drafted = time.perf_counter()
@@ -181,11 +181,11 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             continue
         results.append(record)
     verified = time.perf_counter()  # reading the logits waited for the forward (on CUDA too)
-    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))
+    observing_s = sum(r.draft_s for r in results if isinstance(r, StepRecord))
+    forward_s = verified - drafted - observing_s
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
-        emitted = sum(len(r.tokens) for r in results if isinstance(r, StepRecord))
-        cost.observe_step(len(seqs), emitted, time.perf_counter() - start)
+        cost.observe_step(len(seqs), time.perf_counter() - drafted - observing_s)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)
