@@ -112,7 +112,7 @@ class SequenceDecoder:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
 
-    def draft(self, rate: float | None = None, rows: int = 1) -> RankedDraft:
+    def draft(self, rate: float | None, rows: int) -> RankedDraft:
         """The proposals of the drafters that pay at the `rate` (tokens/s; None: of all) of a batch of `rows`,
         ranked best first (none for plain decoding)."""
         root, drafting = self.context[-1], self.drafting
@@ -181,11 +181,10 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             continue
         results.append(record)
     verified = time.perf_counter()  # reading the logits waited for the forward (on CUDA too)
-    observing_s = sum(r.draft_s for r in results if isinstance(r, StepRecord))
-    forward_s = verified - drafted - observing_s
+    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))  # with acceptance
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
-        cost.observe_step(len(seqs), time.perf_counter() - drafted - observing_s)
+        cost.observe_step(len(seqs), forward_s)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)

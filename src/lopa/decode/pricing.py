@@ -1,10 +1,11 @@
 """Which drafters pay for their time, per sequence, at the batch's going rate.
 
 A drafter's proposing takes CPU time that every row of the batch waits for: `seconds` of it cost the batch
-`seconds x rate` tokens, where `rate` is the tokens per second the batch makes (measured by the cost model
-per batch size). It pays when the tokens it gets accepted (the accepted tree nodes of its source) exceed that.
-Its time is taken from every proposal but its first, which also takes in the prompt; a proposal after idling
-also catches up on the text it missed (one forward of the predictor or the draft model), a small overcharge.
+`seconds x rate` tokens, where `rate` is the tokens per second the batch would make without drafting (measured
+by the cost model per batch size). It pays when the tokens it gets accepted (the accepted tree nodes of its
+source) exceed that. Its time is taken from every proposal but its first, which also takes in the prompt; a
+proposal after idling also catches up on the text it missed (one forward of the predictor or the draft model), a
+small overcharge.
 So a lone request keeps the EAGLE predictor (a few ms per step against ~40 tokens/s), while a full batch on a
 CPU (~150 tokens/s: a token is worth ~7 ms) keeps it only where it is accepted a lot, and keeps the nearly free
 n-gram drafters everywhere. A drafter found not to pay still observes every step (its state stays current) and
@@ -39,7 +40,7 @@ class DrafterPrice:
         """It proposed at the last step."""
         return self.steps > 0 and self.idle == 0
 
-    def pays(self, rate: float | None, rows: int = 1) -> bool:
+    def pays(self, rate: float | None, rows: int) -> bool:
         """Whether it proposes this step in a batch of `rows`: it pays (or there is nothing to judge by: a seeded
         sampled answer, not measured yet), or it is due for a probe."""
         if rate is None or self.seconds is None or self.tokens >= self.seconds * rate * (KEEP if self.warm else 1.0):
@@ -69,7 +70,7 @@ class DraftPricing:
         # a new text may suit a drafter the last ones did not: it starts trusted for at least PRIOR_TOKENS
         self.prices = {s: DrafterPrice(known.seconds, max(known.tokens, PRIOR_TOKENS)) for s, known in self.shared.items()}
 
-    def proposing(self, rate: float | None, rows: int = 1) -> set[str]:
+    def proposing(self, rate: float | None, rows: int) -> set[str]:
         """The sources to ask for proposals this step, at the `rate` (tokens/s; None: every one) of a batch of `rows`."""
         return {source for source, price in self.prices.items() if price.pays(rate, rows)}
 
