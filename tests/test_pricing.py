@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-
-import torch
+from itertools import islice
 
 from lopa import Engine
 from lopa.config import GenerationConfig
 from lopa.decode.cost import CostModel
-from lopa.decode.loop import Drafting, SequenceDecoder, step
+from lopa.decode.loop import Drafting, decode
 from lopa.decode.pricing import MAX_IDLE, PROBE_EVERY, DraftPricing
 from lopa.decode.window import WindowController
 from lopa.draft.tree import Proposal
@@ -117,13 +116,10 @@ def test_a_new_sequence_starts_from_what_earlier_sequences_measured() -> None:
 
 def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine) -> None:
     """A slow drafter must not make its own time look cheap by slowing the steps the rate is measured on."""
-    cfg = GenerationConfig(max_new_tokens=4)
     drafting = Drafting([Slow(0.3, [])], WindowController(4), engine.draft)
-    seq = SequenceDecoder(engine.tokenizer(PROMPT).input_ids, cfg, engine.eos_ids, drafting)
-    runner = engine.runner.sibling(1, seq.capacity)
-    out = runner.prefill(0, torch.tensor(seq.prompt), 0)
-    seq.first(out.logits)
     cost = CostModel.flat()
-    (record,) = step(runner, [seq], cost)  # unmeasured: every drafter proposes, the slow one sleeps 0.3 s
+    steps = decode(engine.runner.sibling(1, 1), engine.tokenizer(PROMPT).input_ids, GenerationConfig(max_new_tokens=4),
+                   engine.eos_ids, drafting, cost)
+    _, record = islice(steps, 2)  # the prefill's token, then one step: unmeasured, every drafter proposes
     assert record.draft_s >= 0.3
     assert cost.rate(1) > 1 / 0.15  # one token per step over the forward alone (~25-60 ms here), not over 0.3 s more

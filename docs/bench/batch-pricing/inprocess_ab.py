@@ -1,7 +1,8 @@
 """In-process A/B of lookahead against plain batched decoding: 16 Spec-Bench dev prompts (one per category in
 turn), decoded `batch` at a time by engine.generate([...]), `tokens` new tokens (64 unless given), `ar` and `lopa`
-alternating; prints both tokens/s of each round, then the lopa / ar ratios and their median. Run it with PYTHONPATH pointing at one checkout or another
-(a git worktree of an older commit) to compare code versions on the same machine:
+alternating; prints both tokens/s of each round, then the lopa / ar ratios and their median. Run it with
+PYTHONPATH pointing at one checkout or another (a git worktree of an older commit) to compare code versions on
+the same machine:
 
     OMP_NUM_THREADS=2 PYTHONPATH=/path/to/checkout/src python docs/bench/batch-pricing/inprocess_ab.py 16 8 3
     OMP_NUM_THREADS=2 PYTHONPATH=/path/to/checkout/src python docs/bench/batch-pricing/inprocess_ab.py 16 16 2 128

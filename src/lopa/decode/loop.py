@@ -181,7 +181,7 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             continue
         results.append(record)
     verified = time.perf_counter()  # reading the logits waited for the forward (on CUDA too)
-    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))  # with acceptance
+    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))  # acceptance, commits too
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
         cost.observe_step(len(seqs), forward_s)
