@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from lopa.config import DraftConfig
 from lopa.decode.cost import CostModel
+from lopa.draft.tree import Proposal, rank
 
 # a CPU-like surface: 1 to 8 tokens of one row cost about the same, rows x tokens beyond that add up
 CPU = {
@@ -73,3 +75,35 @@ def test_a_machine_faster_than_its_profile_keeps_choosing_by_the_profile() -> No
     for _ in range(10):
         flat.observe(1, 1, 0.03)
     assert flat.tree_size([[0.01] * 5]) == 5
+
+
+def _draft(confidences: list[float]):
+    """A one-path draft of len(confidences) tokens after root 0."""
+    tokens = list(range(1, len(confidences) + 1))
+    return rank(0, [Proposal(tokens, confidences, "a")], DraftConfig(), len(tokens), len(tokens))
+
+
+def test_drafts_that_verification_does_not_bear_out_are_discounted_until_trees_shrink() -> None:
+    """A draft claiming 0.8 per token in 8 rows is worth verifying at face value; after steps where the rows
+    accept only their first node, a quarter of the time, its nodes are discounted and plain decoding pays best.
+    Drafts that are borne out keep their face value."""
+    cost, draft = CostModel(CPU), _draft([0.8] * 4)
+    assert cost.calibrated(draft) == pytest.approx(draft.probs)
+    assert cost.tree_size([cost.calibrated(draft)] * 8) >= 2
+    for step in range(40):
+        cost.observe_drafts([(draft, int(step % 4 == 0))] * 8, 3)
+    calibrated = cost.calibrated(draft)
+    assert calibrated[0] == pytest.approx(0.25, abs=0.05) and calibrated[1] < 0.05
+    assert cost.tree_size([calibrated] * 8) == 0
+    honest = CostModel(CPU)
+    for step in range(100):  # 0.8 and 0.64 of the rows reach depths 1 and 2 (20 and 16 in each 25 steps)
+        accepted = [2] * 16 + [1] * 4 + [0] * 5
+        honest.observe_drafts([(draft, accepted[(step * 7) % 25])] * 8, 2)
+    assert honest.calibrated(draft)[:2] == pytest.approx(draft.probs[:2], rel=0.1)
+
+
+def test_drafting_is_priced_at_a_plain_forward_until_a_batch_size_is_measured() -> None:
+    cost = CostModel(CPU)
+    assert cost.rate(4) == pytest.approx(4 / 0.032)
+    cost.observe_step(4, 0.05)
+    assert cost.rate(4) == pytest.approx(4 / 0.05)

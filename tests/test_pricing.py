@@ -39,13 +39,19 @@ class Slow:
 
 
 def _run(
-    pricing: DraftPricing, rate: float | None, steps: int, seconds: dict[str, float], accepted: list[str], rows: int = 1
+    pricing: DraftPricing,
+    rate: float | None,
+    steps: int,
+    seconds: dict[str, float],
+    accepted: list[str],
+    rows: int = 1,
+    length: int = 1000,
 ) -> list[set]:
-    """`steps` steps at `rate` in a batch of `rows`: each source that proposes takes its seconds; `accepted` are the
-    step's accepted sources."""
+    """`steps` steps at `rate` in a batch of `rows` of a sequence of `length` tokens (one per step): each source that
+    proposes takes its seconds; `accepted` are the step's accepted sources."""
     asked = []
-    for _ in range(steps):
-        proposing = pricing.proposing(rate, rows)
+    for step in range(steps):
+        proposing = pricing.proposing(rate, rows, length - step)
         asked.append(proposing)
         pricing.record({s: seconds[s] for s in proposing}, [s for s in accepted if s in proposing])
     return asked
@@ -77,6 +83,15 @@ def test_in_a_batch_probes_come_as_many_times_less_often_as_it_has_rows() -> Non
     """A probe of one row makes every row wait while only that row may gain."""
     asked = _run(DraftPricing(["predictor"]), 200.0, 2 + 3 * 4 * PROBE_EVERY, {"predictor": 0.008}, [], rows=4)
     assert [i for i, a in enumerate(asked) if a] == [0, 1, 1 + 4 * PROBE_EVERY, 1 + 3 * 4 * PROBE_EVERY]
+
+
+def test_no_probe_when_too_few_tokens_are_left_to_pay_it_back() -> None:
+    """The probe due after 4 x PROBE_EVERY idle steps (at step 1 + 4 x PROBE_EVERY) falls PROBE_EVERY - 1 tokens
+    before the end of the shorter sequence, PROBE_EVERY before the end of the longer."""
+    probe = 1 + 4 * PROBE_EVERY
+    for length, probes in ((probe + PROBE_EVERY - 1, [0, 1]), (probe + PROBE_EVERY, [0, 1, probe])):
+        asked = _run(DraftPricing(["predictor"]), 200.0, length, {"predictor": 0.008}, [], rows=4, length=length)
+        assert [i for i, a in enumerate(asked) if a] == probes
 
 
 def test_without_a_rate_every_drafter_proposes() -> None:

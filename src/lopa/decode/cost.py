@@ -13,14 +13,23 @@ whole machine is faster than profiled: every size scales alike) and the profile'
 so sizes that were not tried look no worse than the profile says. Where the profile was too optimistic
 for large trees (a long prefix, another process on the cores) trees shrink, down to plain decoding,
 which is then measured too.
+
+The drafts' path probabilities are corrected the same way, by what verification accepted at each depth: a
+drafter's calibrated confidence still runs high once a tree keeps the nodes whose estimates came out best and a
+path multiplies its tokens' confidences as if they were independent (on Spec-Bench dev prompts the chosen nodes'
+probabilities summed to ~1.5x the tokens accepted), and in a batch every node verified is paid for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..draft.tree import RankedDraft
+
 SMOOTHING = 0.3  # weight of the newest measurement in a running ratio
 RELAXING = 0.02  # per measured step, how far the other classes' ratios return to an unmeasured class's
+KEPT = 0.98  # per step, the share of the drafts' acceptance record kept (the rest returns to face value)
+FACE_VALUE = 2.0  # expected tokens at face value each depth's correction starts from
 
 
 def _interpolate(curve: dict[int, float], x: int, stepwise: bool) -> float:
@@ -47,6 +56,8 @@ class CostModel:
     ratios: dict[tuple[int, int], float] = field(default_factory=dict)  # size class -> measured / predicted
     overall: float | None = None  # measured / predicted over every step
     rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second of steps without drafting
+    expected: dict[int, float] = field(default_factory=dict)  # depth -> recent verified nodes' path probabilities
+    accepted: dict[int, float] = field(default_factory=dict)  # depth -> recent rows accepted that deep
 
     def __post_init__(self) -> None:
         """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another
@@ -87,11 +98,33 @@ class CostModel:
         """A step of `rows` sequences took `seconds` besides drafting (its forward, acceptance and commits)."""
         self.rates[rows] = _smooth(self.rates.get(rows), rows / seconds)
 
-    def rate(self, rows: int) -> float | None:
+    def rate(self, rows: int) -> float:
         """What a second of drafting costs in a batch of `rows`: the tokens per second its steps would make
         without drafting (one per row per step; not the drafts' own tokens, which are what drafting buys, nor
-        its time, or an expensive drafter would slow the batch and so look cheaper). None if unmeasured."""
-        return self.rates.get(rows)
+        its time, or an expensive drafter would slow the batch and so look cheaper). A batch size not measured
+        yet takes a plain forward's (corrected) time, a little less than a step's: drafting is priced high."""
+        return self.rates.get(rows) or rows / self(rows, 1)
+
+    def calibrated(self, draft: RankedDraft) -> list[float]:
+        """The draft's path probabilities (best first) scaled by the share of them verification bore out at
+        each depth lately."""
+        scale = {
+            depth: (self.accepted.get(depth, 0.0) + FACE_VALUE) / (self.expected.get(depth, 0.0) + FACE_VALUE)
+            for depth in set(draft.depths)
+        }
+        return [min(1.0, p * scale[depth]) for p, depth in zip(draft.probs, draft.depths)]
+
+    def observe_drafts(self, verified: list[tuple[RankedDraft, int]], size: int) -> None:
+        """One step verified the best `size` nodes of each draft, and each row accepted this many of them."""
+        for record in (self.expected, self.accepted):
+            for depth in record:
+                record[depth] *= KEPT
+        for draft, accepted in verified:
+            depths = draft.depths[:size]
+            for p, depth in zip(draft.probs, depths):
+                self.expected[depth] = self.expected.get(depth, 0.0) + p
+            for depth in set(depths):
+                self.accepted[depth] = self.accepted.get(depth, 0.0) + (depth <= accepted)
 
     def tree_size(self, probs: list[list[float]], corrected: bool = True) -> int:
         """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first).

@@ -118,7 +118,7 @@ class SequenceDecoder:
         root, drafting = self.context[-1], self.drafting
         if not drafting:
             return RankedDraft(root)
-        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows), []
+        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows, self.cfg.max_new_tokens - self.produced), []
         self.proposing_s = {}
         for drafter in drafting.drafters:
             if drafter.source in proposing:
@@ -167,12 +167,15 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
     rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
     drafts = [seq.draft(rate, len(seqs)) for seq in seqs]
-    size = cost.tree_size([d.probs for d in drafts], corrected=not seeded) if cost is not None else None
+    size = None
+    if cost is not None:
+        size = cost.tree_size([d.probs if seeded else cost.calibrated(d) for d in drafts], corrected=not seeded)
     trees = [d.tree(size) for d in drafts]
     drafted = time.perf_counter()
     outs = runner.verify([tree.tensors() for tree in trees])
     results: list[StepRecord | Exception] = []
-    for slot, (seq, tree, out) in enumerate(zip(seqs, trees, outs)):
+    verified: list[tuple[RankedDraft, int]] = []  # each row's draft and how many of its nodes it accepted
+    for slot, (seq, draft, tree, out) in enumerate(zip(seqs, drafts, trees, outs)):
         try:
             record, path = seq.advance(tree, out)
             runner.commit(slot, path)
@@ -180,11 +183,13 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             results.append(exc)
             continue
         results.append(record)
-    verified = time.perf_counter()  # reading the logits waited for the forward (on CUDA too)
-    forward_s = verified - drafted - sum(r.draft_s for r in results if isinstance(r, StepRecord))  # acceptance, commits too
+        verified.append((draft, len(path) - 1))
+    forward_s = time.perf_counter() - drafted  # reading the logits waited for the forward (on CUDA too)
+    forward_s -= sum(r.draft_s for r in results if isinstance(r, StepRecord))  # acceptance and commits stay in
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
         cost.observe_step(len(seqs), forward_s)
+        cost.observe_drafts(verified, max(tree.size for tree in trees) - 1)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)

@@ -152,6 +152,11 @@ class RankedDraft:
         """Path probabilities in best-first order: their sum is the expected number of accepted drafts."""
         return [math.exp(self.nodes[i].logp) for i in self.order]
 
+    @property
+    def depths(self) -> list[int]:
+        """The nodes' depths in best-first order."""
+        return [self.nodes[i].depth for i in self.order]
+
     def tree(self, size: int | None = None) -> DraftTree:
         """The tree of the best `size` nodes (all when None) besides the root, parents first."""
         chosen = sorted(self.order[:size], key=lambda i: (self.nodes[i].depth, -self.nodes[i].rank))
