@@ -118,7 +118,8 @@ class SequenceDecoder:
         root, drafting = self.context[-1], self.drafting
         if not drafting:
             return RankedDraft(root)
-        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows, self.cfg.max_new_tokens - self.produced), []
+        left = self.cfg.max_new_tokens - self.produced
+        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows, left), []
         self.proposing_s = {}
         for drafter in drafting.drafters:
             if drafter.source in proposing:
