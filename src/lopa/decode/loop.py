@@ -190,7 +190,7 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     if cost is not None:
         cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
         cost.observe_step(len(seqs), forward_s)
-        cost.observe_drafts(verified, max(tree.size for tree in trees) - 1)
+        cost.observe_drafts(verified, size)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)
