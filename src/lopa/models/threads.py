@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import torch
 
@@ -21,6 +23,7 @@ from .profile import forward_latency, precision, save_profile
 from .runner import Runner
 
 SWEEP_TOKENS = (1, 8)  # a plain step and a typical tree
+T = TypeVar("T")
 
 
 def candidates(cpus: int | None = None) -> list[int]:
@@ -71,3 +74,28 @@ def apply_threads(fingerprint: str, runner: Runner, requested: int | None = None
         return "torch default (unreadable thread profile)"
     torch.set_num_threads(min(best, os.cpu_count() or best))
     return f"measured ({path.name})"
+
+
+def in_passing_thread(work: Callable[[], T]) -> T:
+    """`work()` run in a thread that ends with it, leaving no OpenMP thread pool behind.
+
+    torch's OpenMP (libgomp) keeps a pool of worker threads for every thread that ran a parallel
+    region, and once the process holds more OpenMP threads than cores it stops spin-waiting: each
+    parallel region then wakes its workers through the kernel. A server that loaded its model on
+    the main thread and decoded on the scheduler's thread ran every step ~1.6x slower for it (2
+    cores, docs/bench/one-omp-team). Loading here leaves the decoding thread the only pool."""
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="lopa-load")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]

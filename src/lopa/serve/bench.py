@@ -4,9 +4,9 @@ The servers run side by side, each on a free loopback port: lookahead decoding (
 batched plain decoding (--no-parallel), one request at a time (--max-batch 1) and, on request,
 lookahead through torch.compile (--compile). Each concurrency level sends greedy chat requests
 built from Spec-Bench prompts, interleaved: every round runs each server in turn on the same
-prompts (an idle server waits without using the cores), and a level's figure is the median over
-rounds. A load run then keeps clients busy for a fixed time and samples the lookahead server's
-resident memory. Everything is bounded and stops by itself.
+prompts (an idle server waits without using the cores), its clients sending the next request as
+soon as an answer ends, and a level's figure is the median over rounds. A load run then keeps
+clients busy for a fixed time and samples the lookahead server's resident memory. Everything is bounded and stops by itself.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--prompt-order", choices=("categories", "file"), default="categories",
                    help="categories: one prompt of each category in turn; file: the file's order")
     p.add_argument("--concurrency", default="1,4,8,16", help="comma-separated client counts")
-    p.add_argument("--rounds", type=int, default=2, help="requests per client at each level")
+    p.add_argument("--rounds", type=int, default=2, help="rounds at each level (a level's figure is their median)")
+    p.add_argument("--requests", type=int, default=32,
+                   help="requests per round and level (at least one per client), sent by the clients in a closed loop")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--modes", default=",".join(DEFAULT_MODES), help=f"servers to compare: {', '.join(MODES)}")
     p.add_argument("--load-seconds", type=float, default=60.0,
@@ -154,19 +156,19 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def run_level(url: str, prompts: list[str], clients: int, rounds: int, max_tokens: int, first: int = 0) -> dict:
-    """`clients` concurrent clients each sending `rounds` requests, prompts from index `first` on."""
+async def run_level(url: str, prompts: list[str], clients: int, requests: int, max_tokens: int, first: int = 0) -> dict:
+    """`requests` requests (prompts from index `first` on) through `clients` concurrent clients, each sending the
+    next prompt as soon as its answer ended (a closed loop), so that the level's time rests on more than one wave
+    of answers and every level samples the same prompts."""
     import httpx
 
+    queue = iter(prompts[(first + i) % len(prompts)] for i in range(requests))
     async with httpx.AsyncClient(timeout=600.0) as client:
-        async def worker(w: int) -> list[dict]:
-            return [
-                await one_request(client, url, prompts[(first + w * rounds + r) % len(prompts)], max_tokens)
-                for r in range(rounds)
-            ]
+        async def worker() -> list[dict]:
+            return [await one_request(client, url, prompt, max_tokens) for prompt in queue]
 
         start = time.perf_counter()
-        results = [r for rs in await asyncio.gather(*(worker(w) for w in range(clients))) for r in rs]
+        results = [r for rs in await asyncio.gather(*(worker() for _ in range(clients))) for r in rs]
         wall = time.perf_counter() - start
     ok = [r for r in results if "error" not in r]
     return {
@@ -309,7 +311,7 @@ def run_bench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = {"model": args.model or "default", "max_tokens": args.max_tokens, "rounds": args.rounds,
-               "prompt_order": args.prompt_order, "modes": {}}
+               "requests": args.requests, "prompt_order": args.prompt_order, "modes": {}}
     with contextlib.ExitStack() as stack:
         servers = {m: stack.enter_context(ServerProcess(MODES[m], args.model, max(levels), args.start_timeout)) for m in modes}
         for server in servers.values():
@@ -319,7 +321,9 @@ def run_bench(args: argparse.Namespace) -> int:
             rounds: dict[str, list[dict]] = {m: [] for m in modes}
             for r in range(args.rounds):  # interleaved: every server runs the round's prompts before the next round
                 for mode in modes:
-                    rounds[mode].append(asyncio.run(run_level(servers[mode].url, prompts, clients, 1, args.max_tokens, r * clients)))
+                    requests = max(args.requests, clients)
+                    level = run_level(servers[mode].url, prompts, clients, requests, args.max_tokens, r * requests)
+                    rounds[mode].append(asyncio.run(level))
             for mode in modes:
                 level = _median_level(rounds[mode])
                 results["modes"][mode].append(level)

@@ -6,8 +6,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..cli_options import add_model_options, load_engine
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 
 def register(subparsers) -> None:
@@ -55,11 +59,25 @@ def api_key_from(args: argparse.Namespace) -> str | None:
     return key
 
 
+def build_app(args: argparse.Namespace, options) -> FastAPI:
+    """Load the engine, measure its latency surface up to the batch (cached; with --compile: its graphs) and
+    build the app with its batch runner."""
+    from .app import create_app
+
+    engine = load_engine(args)
+    engine.profile(max_rows=args.max_batch)
+    return create_app(engine, options)
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM. The model is loaded and its batch KV cache allocated in a passing thread, so that the
+    scheduler's thread is the only one that ever ran torch's OpenMP (see in_passing_thread); the main thread
+    only answers HTTP."""
     import uvicorn
 
     from ..errors import InvalidRequestError
-    from .app import DrainingServer, ServeOptions, create_app
+    from ..models.threads import in_passing_thread
+    from .app import DrainingServer, ServeOptions
 
     counts = (args.max_batch, args.max_queue, args.prefill_chunk)
     if min(counts) < 1 or args.timeout <= 0 or args.max_body_mb <= 0:
@@ -67,8 +85,6 @@ def run_serve(args: argparse.Namespace) -> int:
             "--max-batch, --max-queue and --prefill-chunk must be >= 1, --timeout and --max-body-mb > 0"
         )
     api_key = api_key_from(args)
-    engine = load_engine(args)
-    engine.profile(max_rows=args.max_batch)  # the latency surface up to the batch (cached; with --compile: its graphs)
     options = ServeOptions(
         api_key=api_key,
         max_batch=args.max_batch,
@@ -81,12 +97,13 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         docs=args.docs,
     )
-    app = create_app(engine, options)
+    app = in_passing_thread(lambda: build_app(args, options))
+    scheduler = app.state.scheduler
     mode = "lookahead" if options.parallel else "plain"
-    print(f"lopa: serving {engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    print(f"lopa: serving {scheduler.engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}",
+          file=sys.stderr, flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain)
     server = DrainingServer(config)
-    scheduler = app.state.scheduler
 
     def engine_failed(reason: str) -> None:  # the scheduler gave up: drain and exit non-zero for a supervisor
         print(f"lopa: the engine failed, shutting down: {reason}", file=sys.stderr, flush=True)
