@@ -17,3 +17,9 @@ lopa bench-serve --concurrency 1,4,8,16 --rounds 2 --max-tokens 64 --load-second
   --out $out/serve 2>&1 | grep -v "^INFO" | tee $out/serve.log
 lopa bench-serve --modes lopa --concurrency 1 --rounds 1 --requests 1 --max-tokens 32 --load-seconds 60 \
   --load-clients 16 --long-prompt 4000 --probes 5 --out $out/soak-prefill 2>&1 | grep -v "^INFO" | tee $out/soak-prefill.log
+# The soak again, on its own with 1 thread, the commit before (which has no --requests) and this one:
+for src in $BASE/src $PWD/src; do
+  name=$([ $src = $PWD/src ] && echo this || echo before); requests=$([ $name = this ] && echo "--requests 1")
+  PYTHONPATH=$src OMP_NUM_THREADS=1 python -m lopa bench-serve --modes lopa --concurrency 1 --rounds 1 $requests \
+    --max-tokens 32 --load-seconds 60 --load-clients 16 --long-prompt 0 --out $out/soak-repeat/$name
+done
