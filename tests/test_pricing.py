@@ -9,7 +9,7 @@ from lopa import Engine
 from lopa.config import GenerationConfig
 from lopa.decode.cost import CostModel
 from lopa.decode.loop import Drafting, decode
-from lopa.decode.pricing import MAX_IDLE, PROBE_EVERY, DraftPricing
+from lopa.decode.pricing import MAX_IDLE, MEASURED, PROBE_EVERY, DraftPricing
 from lopa.decode.window import WindowController
 from lopa.draft.tree import Proposal
 
@@ -127,6 +127,22 @@ def test_a_new_sequence_starts_from_what_earlier_sequences_measured() -> None:
     assert all(asked == {"lookup"} for asked in later)
     lone = _run(DraftPricing(["lookup", "predictor"], shared), 30.0, 3, seconds, ["predictor"])  # 8 ms cost 0.24
     assert all("predictor" in asked for asked in lone)
+
+
+def test_in_a_batch_a_dear_drafter_is_trusted_only_until_measured_alone_always() -> None:
+    """At a rate where PRIOR_TOKENS would buy the predictor's first proposal (the dearest: it takes in the prompt)
+    but what earlier sequences measured would not, a new sequence in a batch asks it while fewer than MEASURED
+    proposals were measured and not after; a lone sequence still asks it, and the nearly free lookup drafter, which
+    yielded nothing either, is asked in both."""
+    seconds = {"lookup": 0.0001, "predictor": 0.008}
+    rate = 100.0  # 8 ms cost 0.8 tokens: below PRIOR_TOKENS, above what the predictor yielded
+    shared: dict = {}
+    both = {"lookup", "predictor"}
+    assert _run(DraftPricing(["lookup", "predictor"], shared), rate, 1, seconds, [], rows=4) == [both]
+    _run(DraftPricing(["lookup", "predictor"], shared), None, MEASURED, seconds, [])  # measured, nothing accepted
+    assert shared["predictor"].steps >= MEASURED and shared["predictor"].tokens < 0.1
+    assert _run(DraftPricing(["lookup", "predictor"], shared), rate, 1, seconds, [], rows=4) == [{"lookup"}]
+    assert _run(DraftPricing(["lookup", "predictor"], shared), rate, 1, seconds, [], rows=1) == [both]
 
 
 def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine) -> None:

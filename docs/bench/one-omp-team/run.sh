@@ -23,3 +23,12 @@ for src in $BASE/src $PWD/src; do
   PYTHONPATH=$src OMP_NUM_THREADS=1 python -m lopa bench-serve --modes lopa --concurrency 1 --rounds 1 $requests \
     --max-tokens 32 --load-seconds 60 --load-clients 16 --long-prompt 0 --out $out/soak-repeat/$name
 done
+# A dear drafter's first proposal in a batch priced at what earlier sequences measured (decode/pricing.py _doubted):
+# the commit before (BASE2: git worktree add /tmp/w/base2 b3d983c) and this one, single requests then batch 8.
+BASE2=${BASE2:-/tmp/w/base2}
+for src in $BASE2/src $PWD/src; do
+  PYTHONPATH=$src python docs/bench/calibrated-sizing/single_ab.py 2 2>&1 | grep -v "^\s*$" | tail -1 | tee -a $out/doubted_ab.log
+done
+for src in $BASE2/src $PWD/src; do
+  PYTHONPATH=$src python docs/bench/batch-pricing/inprocess_ab.py 16 8 3 2>&1 | tail -1 | tee -a $out/doubted_ab.log
+done
