@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -84,18 +84,5 @@ def in_passing_thread(work: Callable[[], T]) -> T:
     parallel region then wakes its workers through the kernel. A server that loaded its model on
     the main thread and decoded on the scheduler's thread ran every step ~1.6x slower for it (2
     cores, docs/bench/one-omp-team). Loading here leaves the decoding thread the only pool."""
-    result: list[T] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        except BaseException as exc:  # re-raised in the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="lopa-load")
-    thread.start()
-    thread.join()
-    if failure:
-        raise failure[0]
-    return result[0]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lopa-load") as pool:  # its exit joins the thread
+        return pool.submit(work).result()

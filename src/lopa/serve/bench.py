@@ -6,7 +6,8 @@ lookahead through torch.compile (--compile). Each concurrency level sends greedy
 built from Spec-Bench prompts, interleaved: every round runs each server in turn on the same
 prompts (an idle server waits without using the cores), its clients sending the next request as
 soon as an answer ends, and a level's figure is the median over rounds. A load run then keeps
-clients busy for a fixed time and samples the lookahead server's resident memory. Everything is bounded and stops by itself.
+clients busy for a fixed time and samples the lookahead server's resident memory. Everything is
+bounded and stops by itself.
 """
 
 from __future__ import annotations
@@ -319,9 +320,9 @@ def run_bench(args: argparse.Namespace) -> int:
         results["modes"] = {m: [] for m in modes}
         for clients in levels:
             rounds: dict[str, list[dict]] = {m: [] for m in modes}
+            requests = max(args.requests, clients)
             for r in range(args.rounds):  # interleaved: every server runs the round's prompts before the next round
                 for mode in modes:
-                    requests = max(args.requests, clients)
                     level = run_level(servers[mode].url, prompts, clients, requests, args.max_tokens, r * requests)
                     rounds[mode].append(asyncio.run(level))
             for mode in modes:

@@ -13,6 +13,8 @@ from ..cli_options import add_model_options, load_engine
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from .app import ServeOptions
+
 
 def register(subparsers) -> None:
     serve = subparsers.add_parser("serve", help="OpenAI-compatible HTTP server with batched lookahead decoding")
@@ -59,7 +61,7 @@ def api_key_from(args: argparse.Namespace) -> str | None:
     return key
 
 
-def build_app(args: argparse.Namespace, options) -> FastAPI:
+def build_app(args: argparse.Namespace, options: ServeOptions) -> FastAPI:
     """Load the engine, measure its latency surface up to the batch (cached; with --compile: its graphs) and
     build the app with its batch runner."""
     from .app import create_app
