@@ -19,26 +19,38 @@ CPU = {
 
 def test_only_nodes_that_pay_for_themselves_are_kept() -> None:
     cpu = CostModel({1: {1: 0.06, 4: 0.09, 8: 0.15}})
-    assert cpu.tree_size([[0.1]]) == 0  # 1.1 tokens for 1.17x the cost: not worth it
-    assert cpu.tree_size([[0.9, 0.8, 0.7, 0.05]]) == 3
-    assert CostModel.flat().tree_size([[0.01] * 5]) == 5
-    assert cpu.tree_size([[]]) == 0
+    assert cpu.tree_sizes([[0.1]]) == [0]  # 1.1 tokens for 1.17x the cost: not worth it
+    assert cpu.tree_sizes([[0.9, 0.8, 0.7, 0.05]]) == [3]
+    assert CostModel.flat().tree_sizes([[0.01] * 5]) == [5]
+    assert cpu.tree_sizes([[]]) == [0]
 
 
 def test_a_compiled_runner_is_charged_the_padded_size() -> None:
     padded = CostModel({1: {1: 0.03, 4: 0.04, 8: 0.05}}, stepwise=True)
     assert padded(1, 2) == padded(1, 4) == 0.04 and padded(1, 5) == 0.05
     assert CostModel({1: {1: 0.03, 4: 0.04, 8: 0.05}})(1, 2) < 0.04  # interpolated when nothing is padded
-    assert padded.tree_size([[0.5, 0.4, 0.3, 0.01, 0.01]]) == 3  # a 4-node tree costs what 2 nodes cost
+    assert padded.tree_sizes([[0.5, 0.4, 0.3, 0.01, 0.01]]) == [3]  # a 4-node tree costs what 2 nodes cost
 
 
 def test_trees_shrink_as_the_batch_grows() -> None:
     cost = CostModel(CPU)
     row = [0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.15, 0.1, 0.05]  # the same drafts in every row
-    sizes = {n: cost.tree_size([row] * n) for n in (1, 4, 8, 16)}
+    sizes = {n: max(cost.tree_sizes([row] * n)) for n in (1, 4, 8, 16)}
     assert sizes[1] > sizes[4] >= sizes[8] >= sizes[16]
     assert sizes[1] >= 7 and sizes[16] <= 2
-    assert cost.tree_size([[0.05]] * 16) == 0  # weak drafts in a full batch: plain batched decoding
+    assert cost.tree_sizes([[0.05]] * 16) == [0] * 16  # weak drafts in a full batch: plain batched decoding
+
+
+def test_a_packed_batch_grows_only_the_trees_of_rows_with_good_drafts() -> None:
+    """One row of 8 has a draft worth verifying. Packed, it gets its whole tree and two weak rows one node each:
+    8 + 8 tokens cost what 8 x 2 does, so the block is filled with the likeliest nodes left; the other rows stay
+    plain. Padded, every row would pay for the good row's tree, so none gets one."""
+    good, weak = [0.9, 0.85, 0.8, 0.75, 0.7, 0.6], [0.1, 0.05]
+    assert CostModel(CPU, packed=True).tree_sizes([weak] * 3 + [good] + [weak] * 4) == [1, 1, 0, 6, 0, 0, 0, 0]
+    assert CostModel(CPU).tree_sizes([weak] * 3 + [good] + [weak] * 4) == [0] * 8
+    assert CostModel(CPU, packed=True)(8, 1.25) == CostModel(CPU, packed=True)(8, 2) > CostModel(CPU)(8, 1.25)
+    assert CostModel(CPU, packed=True).tokens_per_row([7, 1, 1, 1, 1, 1, 1, 1]) == 14 / 8
+    assert CostModel(CPU).tokens_per_row([7, 1, 1, 1, 1, 1, 1, 1]) == 7
 
 
 def test_rows_between_measured_counts_are_interpolated() -> None:
@@ -50,13 +62,13 @@ def test_rows_between_measured_counts_are_interpolated() -> None:
 def test_slow_measured_steps_shrink_trees_and_the_correction_fades() -> None:
     cost = CostModel(CPU)
     row = [0.5, 0.4, 0.3, 0.2, 0.1]
-    assert cost.tree_size([row]) == 5
+    assert cost.tree_sizes([row]) == [5]
     for _ in range(6):  # 6-token forwards measured at 3x the profile (a long prefix, a busy core)
         cost.observe(1, 6, 3 * cost.predicted(1, 6))
-    assert cost.tree_size([row]) < 4
+    assert cost.tree_sizes([row])[0] < 4
     for _ in range(200):  # plain steps at the profile's cost: the other classes relax back
         cost.observe(1, 1, cost.predicted(1, 1))
-    assert cost.tree_size([row]) == 5
+    assert cost.tree_sizes([row]) == [5]
 
 
 def test_an_outlier_cannot_make_a_size_cost_more_than_a_larger_one() -> None:
@@ -70,11 +82,11 @@ def test_a_machine_faster_than_its_profile_keeps_choosing_by_the_profile() -> No
     cost, row = CostModel(CPU), [0.5, 0.4, 0.3, 0.2, 0.1]
     for _ in range(10):
         cost.observe(1, 1, 0.5 * cost.predicted(1, 1))
-    assert cost.tree_size([row]) == CostModel(CPU).tree_size([row])
+    assert cost.tree_sizes([row]) == CostModel(CPU).tree_sizes([row])
     flat = CostModel.flat()
     for _ in range(10):
         flat.observe(1, 1, 0.03)
-    assert flat.tree_size([[0.01] * 5]) == 5
+    assert flat.tree_sizes([[0.01] * 5]) == [5]
 
 
 def _draft(confidences: list[float]):
@@ -89,16 +101,16 @@ def test_drafts_that_verification_does_not_bear_out_are_discounted_until_trees_s
     Drafts that are borne out keep their face value."""
     cost, draft = CostModel(CPU), _draft([0.8] * 4)
     assert cost.calibrated(draft) == pytest.approx(draft.probs)
-    assert cost.tree_size([cost.calibrated(draft)] * 8) >= 2
+    assert min(cost.tree_sizes([cost.calibrated(draft)] * 8)) >= 2
     for step in range(40):
-        cost.observe_drafts([(draft, int(step % 4 == 0))] * 8, 3)
+        cost.observe_drafts([(draft, 3, int(step % 4 == 0))] * 8)
     calibrated = cost.calibrated(draft)
     assert calibrated[0] == pytest.approx(0.25, abs=0.05) and calibrated[1] < 0.05
-    assert cost.tree_size([calibrated] * 8) == 0
+    assert cost.tree_sizes([calibrated] * 8) == [0] * 8
     honest = CostModel(CPU)
     for step in range(100):  # 0.8 and 0.64 of the rows reach depths 1 and 2 (20 and 16 in each 25 steps)
         accepted = [2] * 16 + [1] * 4 + [0] * 5
-        honest.observe_drafts([(draft, accepted[(step * 7) % 25])] * 8, 2)
+        honest.observe_drafts([(draft, 2, accepted[(step * 7) % 25])] * 8)
     assert honest.calibrated(draft)[:2] == pytest.approx(draft.probs[:2], rel=0.1)
 
 

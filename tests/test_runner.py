@@ -8,6 +8,7 @@ import torch
 from lopa import Engine
 from lopa.draft.tree import DraftTree
 from lopa.errors import InvalidRequestError
+from lopa.models.attention import Packing
 from lopa.models.runner import Runner
 
 
@@ -53,16 +54,29 @@ def test_tree_node_logits_equal_sequential_decoding(engine: Engine, static: bool
         torch.testing.assert_close(out.logits[node], want, atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("static", [False, True], ids=["dynamic-kv", "static-kv"])
-def test_rows_of_a_batch_do_not_see_each_other(engine: Engine, static: bool) -> None:
+@pytest.mark.parametrize(
+    "static, chunk", [(False, None), (False, 4), (True, None)], ids=["dynamic-kv", "dynamic-kv-chunked", "static-kv"]
+)
+def test_rows_of_a_batch_do_not_see_each_other(engine: Engine, static: bool, chunk: int | None) -> None:
     """Three sequences of different lengths verify different trees in one forward (a static cache pads the
-    batch to 4 rows); every node equals sequential decoding of its own row, after a commit too."""
-    model, runner = engine.model, Runner(engine.model, 4, 128, static=static)
+    batch to 4 rows; a dynamic one packs the 21 real nodes into one row, in chunks of 4 columns when asked);
+    every node equals sequential decoding of its own row, after a commit too."""
+    model, runner = engine.model, Runner(engine.model, 4, 128, static=static, max_verify_tokens=chunk)
     prompts = [engine.tokenizer(t).input_ids for t in ("One.", "A longer second prompt here:", "Third, mid size")]
     for slot, ids in enumerate(prompts):
         runner.prefill(slot, torch.tensor(ids), 0)
     trees = [random_tree(root=100 + i, size=3 + 4 * i, vocab=5000, seed=10 + i) for i in range(3)]
-    for slot, out in enumerate(runner.verify([t.tensors() for t in trees])):
+    fed: list[tuple[int, ...]] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda _m, args, _out: fed.append(tuple(args[0].shape)))
+    try:
+        outs = runner.verify([t.tensors() for t in trees])
+    finally:
+        hook.remove()
+    if static:
+        assert fed == [(4, 11)]
+    else:  # packed: column ranges 0-3, 4-7, 8-10 hold 3+4+4, 0+3+4 and 0+0+3 nodes
+        assert fed == ([(1, 21)] if chunk is None else [(1, 11), (1, 7), (1, 3)])
+    for slot, out in enumerate(outs):
         for node in range(trees[slot].size):
             want = sequential_logits(model, prompts[slot] + trees[slot].path_tokens(node))
             torch.testing.assert_close(out.logits[node], want, atol=5e-4, rtol=0)  # batched kernels round differently
@@ -76,6 +90,23 @@ def test_rows_of_a_batch_do_not_see_each_other(engine: Engine, static: bool) -> 
     outs = runner.verify([random_tree(7, 4, 5000, seed=20).tensors()] * 2)
     for slot, out in zip(occupants, outs):
         torch.testing.assert_close(out.logits[0], sequential_logits(model, prompts[slot] + [7]), atol=5e-4, rtol=0)
+
+
+def test_packed_trees_in_rows_far_apart_are_exact(engine: Engine) -> None:
+    """Trees of 5 and 9 nodes in rows 0 and 5 of 6, one node elsewhere: attention takes the two rows' keys by
+    index rather than as a view of rows 0-5 (Packing's copy path); every node equals sequential decoding."""
+    model, runner = engine.model, Runner(engine.model, 6, 128)
+    prompts = [engine.tokenizer(f"Prompt {i} of six says").input_ids for i in range(6)]
+    for slot, ids in enumerate(prompts):
+        runner.prefill(slot, torch.tensor(ids), 0)
+    sizes = [5, 1, 1, 1, 1, 9]
+    trees = [random_tree(root=200 + i, size=size, vocab=5000, seed=30 + i) for i, size in enumerate(sizes)]
+    real = torch.arange(9)[None, :] < torch.tensor(sizes)[:, None]
+    assert isinstance(Packing.of(real).blocks[1].rows, torch.Tensor)
+    for slot, out in enumerate(runner.verify([t.tensors() for t in trees])):
+        for node in range(trees[slot].size):
+            want = sequential_logits(model, prompts[slot] + trees[slot].path_tokens(node))
+            torch.testing.assert_close(out.logits[node], want, atol=5e-4, rtol=0)
 
 
 def test_kv_slots_grow_and_keep_their_rows(engine: Engine) -> None:

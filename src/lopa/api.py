@@ -180,7 +180,7 @@ class Engine:
         compiled = self.runner.compiled is not None
         sizes = buckets_up_to(self.draft.node_budget + 1) if compiled else TREE_SIZES
         surface = load_or_measure_surface(self.runner, self.loaded.fingerprint, max_rows, sizes)
-        self.cost = CostModel(surface, stepwise=compiled)
+        self.cost = CostModel(surface, stepwise=compiled, packed=self.runner.packs)
         return self.cost
 
     def _eos_ids(self) -> set[int]:

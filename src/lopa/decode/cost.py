@@ -1,10 +1,16 @@
 """What a verification forward costs, and so how many draft nodes are worth verifying.
 
 The cost model is a latency surface measured on this hardware (models/profile.py): seconds for a
-forward of `rows` sequences x `tokens` tree nodes each. A step's trees are padded to the largest, so
-the batch chooses one tree size m: the m best nodes of each row, maximising the batch's expected
-tokens per second (n + the sum of the kept nodes' path probabilities) / cost(n, 1 + m). On a CPU
-a batch of 16 already fills the matrix units, so trees shrink as the batch grows; on a GPU they stay.
+forward of `rows` sequences x `tokens` tree nodes each. Each row's tree is the best nodes of its draft, and
+the batch adds nodes where they are likeliest to be accepted, one at a time, keeping the count that maximises
+its expected tokens per second (rows + the kept nodes' path probabilities) / cost. An eager runner packs
+trees of different sizes (models/runner.py), so a batch's forward costs what the surface says for its nodes
+spread evenly over its rows, rounded up to the next measured tokens per row: matrix kernels work in blocks
+of rows (on the 2-core CPU 8 rows x 1 token took 34 ms, 8 + 3 nodes 40 and 8 x 2 41), so a row with a good
+draft grows its tree while the others stay plain, and the block is filled with the likeliest nodes anywhere
+in the batch. A compiled runner pads every row to the largest tree, so it costs that many tokens per row,
+and the other rows are filled up to it for free. On a CPU a batch of 16 already fills the matrix units, so
+trees shrink as the batch grows; on a GPU they stay.
 
 The measured time of every step corrects the surface as decoding goes: per size class (the forward's
 rows, and its tokens per row by power of two) a running ratio of measured to predicted time. A class not measured yet
@@ -22,6 +28,8 @@ probabilities summed to ~1.5x the tokens accepted), and in a batch every node ve
 
 from __future__ import annotations
 
+import heapq
+import math
 from dataclasses import dataclass, field
 
 from ..draft.tree import RankedDraft
@@ -32,7 +40,7 @@ KEPT = 0.98  # per step, the share of the drafts' acceptance record kept (the re
 FACE_VALUE = 2.0  # expected tokens at face value each depth's correction starts from
 
 
-def _interpolate(curve: dict[int, float], x: int, stepwise: bool) -> float:
+def _interpolate(curve: dict[int, float], x: float, stepwise: bool) -> float:
     """Piecewise-linear in x through the measured points (extrapolated past the last two); `stepwise`:
     the next measured point's value (a compiled runner pads to those sizes)."""
     xs = sorted(curve)
@@ -53,6 +61,7 @@ class CostModel:
 
     surface: dict[int, dict[int, float]]  # rows -> tokens per row -> seconds
     stepwise: bool = False
+    packed: bool = False  # the runner packs trees of different sizes (else it pads them to the largest)
     ratios: dict[tuple[int, int], float] = field(default_factory=dict)  # size class -> measured / predicted
     overall: float | None = None  # measured / predicted over every step
     rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second of steps without drafting
@@ -73,9 +82,11 @@ class CostModel:
         """When nothing was measured: every size costs the same (GPU-like), so expected tokens decide."""
         return cls({1: {1: 1.0, 64: 1.0}})
 
-    def predicted(self, rows: int, tokens: int) -> float:
-        """The profile's seconds for a forward of `rows` x `tokens`, between the measured row counts."""
-        by_rows = {r: _interpolate(curve, tokens, self.stepwise) for r, curve in self.surface.items()}
+    def predicted(self, rows: int, tokens: float) -> float:
+        """The profile's seconds for a forward of `rows` x `tokens`, between the measured row counts; a padded
+        compiled forward or a packed batch costs the next measured tokens per row (module docstring)."""
+        stepwise = self.stepwise or (self.packed and rows > 1)
+        by_rows = {r: _interpolate(curve, tokens, stepwise) for r, curve in self.surface.items()}
         return _interpolate(by_rows, rows, False)
 
     @property
@@ -83,11 +94,11 @@ class CostModel:
         """The correction of a size class with no steps of its own."""
         return min(1.0, self.overall) if self.overall is not None else 1.0
 
-    def __call__(self, rows: int, tokens: int) -> float:
+    def __call__(self, rows: int, tokens: float) -> float:
         return self.predicted(rows, tokens) * self.ratios.get(_size_class(rows, tokens), self.unmeasured)
 
-    def observe(self, rows: int, tokens: int, seconds: float) -> None:
-        """A forward of rows x tokens took `seconds`: move that size class's correction towards it."""
+    def observe(self, rows: int, tokens: float, seconds: float) -> None:
+        """A forward of rows x tokens (`tokens_per_row`) took `seconds`: move its size class's correction towards it."""
         key, ratio = _size_class(rows, tokens), seconds / self.predicted(rows, tokens)
         self.overall = _smooth(self.overall, ratio)
         for other, value in self.ratios.items():  # a class no longer chosen is not judged by old steps forever
@@ -114,29 +125,44 @@ class CostModel:
         }
         return [min(1.0, p * scale[depth]) for p, depth in zip(draft.probs, draft.depths)]
 
-    def observe_drafts(self, verified: list[tuple[RankedDraft, int]], size: int) -> None:
-        """One step verified the best `size` nodes of each draft, and each row accepted this many of them."""
+    def observe_drafts(self, verified: list[tuple[RankedDraft, int, int]]) -> None:
+        """One step verified, per row, the best nodes of its draft: the draft, how many and how many were accepted."""
         for record in (self.expected, self.accepted):
             for depth in record:
                 record[depth] *= KEPT
-        for draft, accepted in verified:
+        for draft, size, accepted in verified:
             depths = draft.depths[:size]
             for p, depth in zip(draft.probs, depths):
                 self.expected[depth] = self.expected.get(depth, 0.0) + p
             for depth in set(depths):
                 self.accepted[depth] = self.accepted.get(depth, 0.0) + (depth <= accepted)
 
-    def tree_size(self, probs: list[list[float]], corrected: bool = True) -> int:
-        """Nodes per row to verify for rows whose ranked drafts have these path probabilities (best first).
-        `corrected=False`: by the profile alone (a seeded sampled answer must not depend on measured times)."""
+    def tokens_per_row(self, sizes: list[int]) -> float:
+        """The surface's tokens per row that a forward of trees of `sizes` nodes (roots included) costs like:
+        packed, their mean; padded, the largest."""
+        return sum(sizes) / len(sizes) if self.packed else max(sizes)
+
+    def tree_sizes(self, probs: list[list[float]], corrected: bool = True) -> list[int]:
+        """Nodes to verify per row for rows whose ranked drafts have these path probabilities (best first): the
+        batch takes the next node of the row whose next node is likeliest while that raises its expected tokens
+        per second. `corrected=False`: by the profile alone (a seeded sampled answer must not depend on measured
+        times)."""
         cost = self if corrected else self.predicted
         n = len(probs)
-        best, best_rate, expected = 0, n / cost(n, 1), float(n)
-        for m in range(1, max(map(len, probs), default=0) + 1):
-            expected += sum(row[m - 1] for row in probs if len(row) >= m)
-            rate = expected / cost(n, 1 + m)
+        sizes, best, best_rate, expected = [0] * n, [0] * n, n / cost(n, 1), float(n)
+        left = sum(map(sum, probs))  # what every node not taken yet could add
+        heap = [(-row[0], r) for r, row in enumerate(probs) if row]
+        heapq.heapify(heap)
+        while heap and (expected + left) / cost(n, self.tokens_per_row([1 + s for s in sizes])) > best_rate:
+            p, r = heapq.heappop(heap)
+            expected, left, sizes[r] = expected - p, left + p, sizes[r] + 1
+            if sizes[r] < len(probs[r]):
+                heapq.heappush(heap, (-probs[r][sizes[r]], r))
+            rate = expected / cost(n, self.tokens_per_row([1 + s for s in sizes]))
             if rate > best_rate:
-                best, best_rate = m, rate
+                best, best_rate = list(sizes), rate
+        if not self.packed:  # padded to the largest tree: the other rows' nodes up to it cost nothing more
+            best = [min(max(best), len(row)) for row in probs]
         return best
 
 
@@ -144,7 +170,7 @@ def _smooth(old: float | None, new: float) -> float:
     return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
 
 
-def _size_class(rows: int, tokens: int) -> tuple[int, int]:
-    """Forwards are corrected together when they have as many rows and their tokens per row share a power of
-    two (a batch's per-row bookkeeping must not be charged to a lone sequence's trees)."""
-    return rows, max(1, tokens).bit_length()
+def _size_class(rows: int, tokens: float) -> tuple[int, int]:
+    """Forwards are corrected together when they have as many rows and their tokens per row, rounded up, share a
+    power of two (a batch's per-row bookkeeping must not be charged to a lone sequence's trees)."""
+    return rows, max(1, math.ceil(tokens)).bit_length()

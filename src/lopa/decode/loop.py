@@ -168,14 +168,14 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
     rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
     drafts = [seq.draft(rate, len(seqs)) for seq in seqs]
-    size = None
+    sizes: list[int | None] = [None] * len(seqs)
     if cost is not None:
-        size = cost.tree_size([d.probs if seeded else cost.calibrated(d) for d in drafts], corrected=not seeded)
-    trees = [d.tree(size) for d in drafts]
+        sizes = cost.tree_sizes([d.probs if seeded else cost.calibrated(d) for d in drafts], corrected=not seeded)
+    trees = [d.tree(size) for d, size in zip(drafts, sizes)]
     drafted = time.perf_counter()
     outs = runner.verify([tree.tensors() for tree in trees])
     results: list[StepRecord | Exception] = []
-    verified: list[tuple[RankedDraft, int]] = []  # each row's draft and how many of its nodes it accepted
+    verified: list[tuple[RankedDraft, int, int]] = []  # each row's draft, its nodes verified and accepted
     for slot, (seq, draft, tree, out) in enumerate(zip(seqs, drafts, trees, outs)):
         try:
             record, path = seq.advance(tree, out)
@@ -184,13 +184,13 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             results.append(exc)
             continue
         results.append(record)
-        verified.append((draft, len(path) - 1))
+        verified.append((draft, tree.size - 1, len(path) - 1))
     forward_s = time.perf_counter() - drafted  # reading the logits waited for the forward (on CUDA too)
     forward_s -= sum(r.draft_s for r in results if isinstance(r, StepRecord))  # acceptance and commits stay in
     if cost is not None:
-        cost.observe(len(seqs), max(tree.size for tree in trees), forward_s)
+        cost.observe(len(seqs), cost.tokens_per_row([tree.size for tree in trees]), forward_s)
         cost.observe_step(len(seqs), forward_s)
-        cost.observe_drafts(verified, size)
+        cost.observe_drafts(verified)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)

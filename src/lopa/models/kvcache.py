@@ -8,12 +8,16 @@ moves the accepted rows down to contiguous slots with `compact`.
 A *static* cache (for CUDA graphs, which replay fixed shapes at fixed addresses) writes
 at an offset held in a device tensor shared by all layers and returns the whole buffers;
 the attention mask hides the unused tail instead.
+
+A *packed* forward (models/attention.py Packing) writes each real token at its row and column past `length`.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, StaticLayer
+
+from .attention import Packing
 
 
 class TreeKVLayer(StaticLayer):
@@ -22,6 +26,7 @@ class TreeKVLayer(StaticLayer):
     def __init__(self, max_cache_len: int, offset: torch.Tensor | None = None):
         super().__init__(max_cache_len=max_cache_len)
         self.length = 0
+        self.packing: Packing | None = None  # the layout of packed rows to write (module docstring)
         self.static = offset is not None  # write at `offset` (a device tensor), attend to the whole buffer
         if offset is not None:
             self.cumulative_length = offset  # StaticLayer marks it a static address along with the buffers
@@ -43,6 +48,11 @@ class TreeKVLayer(StaticLayer):
             self.keys.index_copy_(2, slots, key_states)
             self.values.index_copy_(2, slots, value_states)
             return self.keys, self.values
+        if self.packing is not None:
+            columns, end = self.length + self.packing.columns, self.length + self.packing.width
+            self.keys[self.packing.rows, :, columns] = key_states[0].transpose(0, 1)
+            self.values[self.packing.rows, :, columns] = value_states[0].transpose(0, 1)
+            return self.keys[:, :, :end], self.values[:, :, :end]
         start, end = self.length, self.length + key_states.shape[-2]
         self.keys[:, :, start:end] = key_states
         self.values[:, :, start:end] = value_states
@@ -71,11 +81,18 @@ class TreeKVCache(Cache):
 
     @classmethod
     def over(
-        cls, buffers: list[tuple[torch.Tensor, torch.Tensor]], length: int, offset: torch.Tensor | None = None
+        cls,
+        buffers: list[tuple[torch.Tensor, torch.Tensor]],
+        length: int,
+        offset: torch.Tensor | None = None,
+        packing: Packing | None = None,
     ) -> "TreeKVCache":
         """A cache writing into existing per-layer (keys, values) buffers [batch, kv_heads, capacity, head_dim],
-        filled up to `length`; `offset` (a device tensor): a static cache writing there (module docstring)."""
+        filled up to `length`; `offset` (a device tensor): a static cache writing there; `packing`: packed rows
+        to write (module docstring)."""
         layers = [TreeKVLayer.over(k, v, length, offset) for k, v in buffers]
+        for layer in layers:
+            layer.packing = packing
         cache = cls(len(layers), buffers[0][0].shape[2], layers, offset)
         cache.set_length(length)
         return cache

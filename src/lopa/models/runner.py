@@ -5,8 +5,10 @@ sequence's committed rows 0..length-1. One call verifies the trees of slots 0..n
 row's tree is written at the same column (the longest committed length in the batch), padded to the
 largest tree, and node i of row b sits at position length_b + depth_i and attends to its row's
 committed prefix plus its own ancestors (a 4D additive mask; sliding-window layers get their own).
-A row's output does not depend on the others. `generate`/`stream` use one slot, the server and
-`generate([...])` many: the same methods, the compiled path included. The runner knows nothing
+A row's output does not depend on the others. Trees of different sizes run packed where the model's
+attention is lopa's (models/attention.py): every layer but attention works on the real nodes only, so a
+row with a large tree does not make every other row pay for as many nodes. `generate`/`stream` use one
+slot, the server and `generate([...])` many: the same methods, the compiled path included. The runner knows nothing
 about drafting: it gets tokens, depths and an ancestor matrix per row.
 """
 
@@ -19,6 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..errors import InvalidRequestError, UnsupportedModelError
+from .attention import TREE_ATTENTION, Packing
 from .compiled import BUCKETS, bucket, pad_queries
 from .kvcache import TreeKVCache
 
@@ -110,6 +113,10 @@ class Runner:
                 "cannot mask exactly; use --method ar or another model"
             )
         self.hybrid = "sliding_attention" in layer_types
+        # eager, dynamic and with lopa's attention: trees of different sizes run packed (compiled forwards and
+        # CUDA graphs keep fixed shapes)
+        attention = getattr(self.config, "_attn_implementation", None)
+        self.packs = not static and compiled is None and attention == TREE_ATTENTION
         self.sliding_window = getattr(self.config, "sliding_window", None) if self.hybrid else None
         self.max_positions = getattr(self.config, "max_position_embeddings", None) or 1 << 30
         self.device = model.device
@@ -159,8 +166,8 @@ class Runner:
         """Room for `rows` KV rows per slot (plus a compiled forward's padding) before decoding starts."""
         self._grow(rows + (BUCKETS[-1] if self.compiled is not None else 0))
 
-    def _view(self, lo: int, hi: int, length: int) -> TreeKVCache:
-        return TreeKVCache.over([(k[lo:hi], v[lo:hi]) for k, v in self.buffers], length, self.offset)
+    def _view(self, lo: int, hi: int, length: int, packing: Packing | None = None) -> TreeKVCache:
+        return TreeKVCache.over([(k[lo:hi], v[lo:hi]) for k, v in self.buffers], length, self.offset, packing)
 
     def truncate(self, slot: int, length: int) -> None:
         """Forget the slot's rows past `length`: a draft model's sequence rewinding to what the target kept."""
@@ -198,8 +205,11 @@ class Runner:
         return {"full_attention": full, "sliding_attention": sliding}
 
     @torch.no_grad()
-    def _call(self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool):
-        """One stock transformers forward of tokens [B, T]: logits [B, T or 1, vocab], hidden_layers [B, T, ...] or None."""
+    def _call(
+        self, cache: TreeKVCache, tokens: torch.Tensor, positions: torch.Tensor, mask, last_only: bool, packing=None
+    ):
+        """One stock transformers forward of tokens [B, T] (packed: [1, N]): logits [B, T or 1, vocab],
+        hidden_layers [B, T, ...] or None."""
         t, size = tokens.shape[1], bucket(tokens.shape[1])
         model = self.model
         if self.compiled is not None and not last_only and size is not None:
@@ -217,6 +227,7 @@ class Runner:
             use_cache=True,
             output_hidden_states=bool(self.hidden_layers),
             logits_to_keep=1 if last_only else 0,
+            **({"lopa_packing": packing} if packing is not None else {}),
         )
         logits = out.logits if last_only else out.logits[:, :t]
         layers = torch.cat([out.hidden_states[i][:, :t] for i in self.hidden_layers], -1) if self.hidden_layers else None
@@ -224,25 +235,41 @@ class Runner:
             logits, layers = logits.clone(), None if layers is None else layers.clone()
         return logits, layers
 
-    def _forward(self, rows: slice, prefix: list[int], start: int, trees: TreeTensors, last_only: bool):
+    def _forward(
+        self, rows: slice, prefix: list[int], start: int, trees: TreeTensors, last_only: bool, sizes: list[int] | None = None
+    ):
         """Write trees [B, T, ...] at column `start` of slots `rows` (committed lengths `prefix`) and run them,
-        in chunks of max_verify_tokens; returns logits [B, T or 1, vocab] and hidden layers or None."""
+        in chunks of max_verify_tokens; returns logits [B, T or 1, vocab] and hidden layers or None.
+        `sizes`: each row's real nodes, run packed; then the outputs are [1, N, ...], row after row."""
         tokens, depths, ancestors = trees
         t = tokens.shape[1]
         self._grow(start + (bucket(t) or t if self.compiled is not None else t))
         lengths = torch.tensor(prefix, device=self.device)
         positions = depths.to(self.device) + lengths[:, None]
         ancestors = ancestors.to(self.device)
-        logits, layers = [], []
+        real = None if sizes is None else torch.arange(t)[None, :] < torch.tensor(sizes)[:, None]  # [B, T]
+        logits, layers, packed = [], [], []
         for lo, hi in chunks(t, self.max_verify_tokens):
             mask = self.masks(lengths, start, positions[:, :hi], ancestors[:, lo:hi, :hi])
-            cache = self._view(rows.start, rows.stop, start + lo)
-            part_logits, part_layers = self._call(cache, tokens[:, lo:hi], positions[:, lo:hi], mask, last_only)
+            part_tokens, part_positions, packing = tokens[:, lo:hi], positions[:, lo:hi], None
+            if real is not None:
+                cpu = Packing.of(real[:, lo:hi])
+                packed.append(cpu.rows * t + cpu.columns + lo)
+                packing = cpu.to(self.device)
+                part_tokens = part_tokens[cpu.rows, cpu.columns][None]
+                part_positions = part_positions[packing.rows, packing.columns][None]
+            cache = self._view(rows.start, rows.stop, start + lo, packing)
+            part_logits, part_layers = self._call(cache, part_tokens, part_positions, mask, last_only, packing)
             logits.append(part_logits)
             if part_layers is not None:
                 layers.append(part_layers)
         logits = logits[-1] if last_only else torch.cat(logits, 1)
-        return logits, torch.cat(layers, 1) if layers else None
+        layers = torch.cat(layers, 1) if layers else None
+        if packed:  # the nodes came column after column: put them back row after row
+            order = torch.cat(packed).argsort().to(self.device)
+            logits = logits[0].index_select(0, order)[None]
+            layers = None if layers is None else layers[0].index_select(0, order)[None]
+        return logits, layers
 
     def prefill(self, slot: int, ids: torch.Tensor, start: int | None = None) -> ForwardOutput:
         """Feed tokens causally into `slot` after its first `start` rows (default: all it holds; 0 starts a new
@@ -259,15 +286,22 @@ class Runner:
     @torch.no_grad()
     def verify(self, trees: list[TreeTensors]) -> list[ForwardOutput]:
         """One forward over the trees of slots 0..len(trees)-1; each row's logits (and hidden layers)."""
-        n = len(trees)
+        n, sizes = len(trees), [tokens.numel() for tokens, _, _ in trees]
         rows = min(self.slots, 1 << (n - 1).bit_length()) if self.static else n  # fixed batch shapes
         start = max(self.lengths[:rows])
-        logits, layers = self._forward(slice(0, rows), self.lengths[:rows], start, stack_trees(trees, rows), False)
+        packed = self.packs and min(sizes) < max(sizes)
+        stacked = stack_trees(trees, rows)
+        logits, layers = self._forward(
+            slice(0, rows), self.lengths[:rows], start, stacked, False, sizes if packed else None
+        )
         self._start = start
-        return [
-            ForwardOutput(logits[row, : tok.numel()], None if layers is None else layers[row, : tok.numel()])
-            for row, (tok, _, _) in enumerate(trees)
-        ]
+        if packed:  # [1, N, ...], row after row
+            per_row = logits[0].split(sizes), [None] * n if layers is None else layers[0].split(sizes)
+        else:
+            per_row = [logits[r, :size] for r, size in enumerate(sizes)], [
+                None if layers is None else layers[r, :size] for r, size in enumerate(sizes)
+            ]
+        return [ForwardOutput(row_logits, row_layers) for row_logits, row_layers in zip(*per_row)]
 
     def commit(self, slot: int, nodes: list[int]) -> None:
         """Keep tree nodes `nodes` (root first) of the last verify as the slot's next committed rows."""
