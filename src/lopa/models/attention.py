@@ -121,7 +121,7 @@ def tree_attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """SDPA over grouped KV heads without copying them, where that is the faster kernel; else stock SDPA.
-    A packed query (kwargs["lopa_packing"]) runs padded and comes back packed: [1, N, heads, dim]."""
+    A packed query (kwargs["lopa_packing"]) runs block by block and comes back packed: [1, N, heads, dim]."""
     packing: Packing | None = kwargs.pop("lopa_packing", None)
     if packing is not None:
         return _packed_attention(module, query, key, value, attention_mask, packing, scaling=scaling, **kwargs), None
