@@ -149,16 +149,18 @@ class CostModel:
         times)."""
         cost = self if corrected else self.predicted
         n = len(probs)
-        sizes, best, best_rate, expected = [0] * n, [0] * n, n / cost(n, 1), float(n)
+        spent = cost(n, 1)  # the forward of the sizes taken so far
+        sizes, best, best_rate, expected = [0] * n, [0] * n, n / spent, float(n)
         left = sum(map(sum, probs))  # what every node not taken yet could add
         heap = [(-row[0], r) for r, row in enumerate(probs) if row]
         heapq.heapify(heap)
-        while heap and (expected + left) / cost(n, self.tokens_per_row([1 + s for s in sizes])) > best_rate:
+        while heap and (expected + left) / spent > best_rate:  # no more nodes could beat the best rate
             p, r = heapq.heappop(heap)
             expected, left, sizes[r] = expected - p, left + p, sizes[r] + 1
             if sizes[r] < len(probs[r]):
                 heapq.heappush(heap, (-probs[r][sizes[r]], r))
-            rate = expected / cost(n, self.tokens_per_row([1 + s for s in sizes]))
+            spent = cost(n, self.tokens_per_row([1 + s for s in sizes]))
+            rate = expected / spent
             if rate > best_rate:
                 best, best_rate = list(sizes), rate
         if not self.packed:  # padded to the largest tree: the other rows' nodes up to it cost nothing more
