@@ -18,7 +18,7 @@ from lopa.draft.predictor_drafter import PredictorDrafter
 from lopa.draft.predictor_io import load_predictor, save_predictor
 from lopa.errors import ModelLoadError
 from lopa.models.runner import Runner
-from lopa.train.predictor import LOG, Features, PredictorSettings, accuracy, teacher_force, train_predictor
+from lopa.train.predictor import LOG, Features, PredictorSettings, _Batch, accuracy, step_loss, teacher_force, train_predictor
 
 from .conftest import tiny_llama
 from .prompts import FAST
@@ -190,6 +190,25 @@ def test_training_lowers_the_loss_and_learns_the_next_token(model, trained) -> N
     assert len(more) == 31 and torch.equal(resumed.d2t, predictor.d2t)
 
 
+def test_distillation_targets_the_base_distribution_renormalised_over_the_draft_vocabulary(model) -> None:
+    predictor = untrained(model)  # draft vocabulary: target ids 0..23 of 32
+    ids = torch.tensor([[4, 5, 6, 7]])
+    labels = torch.tensor([[-100, 3, 9, -100]])  # rows 1 and 2 are answer rows; row 0 a prompt row
+    top_ids = torch.tensor([[[0, 1, 2], [3, 30, 5], [9, 8, 31], [0, 1, 2]]], dtype=torch.int32)
+    top_probs = torch.tensor([[[1.0, 0.0, 0.0], [0.5, 0.3, 0.2], [0.6, 0.1, 0.3], [1.0, 0.0, 0.0]]], dtype=torch.bfloat16)
+    batch = _Batch(ids, torch.zeros(1, 4, 96), labels, top_ids, top_probs)
+    logits = torch.randn(1, 3, 24)  # step 0's row i predicts the token after row i + 1
+    log_q = logits.log_softmax(-1)[0]
+    # row 0 predicts after ids[1] (label 3): 30 is outside the draft vocabulary, so 3 and 5 share the mass 0.7
+    expected = -(0.5 * log_q[0, 3] + 0.2 * log_q[0, 5]) / 0.7
+    # row 1 predicts after ids[2] (label 9): 31 is outside, 9 and 8 share 0.7; row 2 has no label
+    expected = (expected - (0.6 * log_q[1, 9] + 0.1 * log_q[1, 8]) / 0.7) / 2
+    torch.testing.assert_close(step_loss(predictor, logits, batch, 0, distill=True), expected, rtol=1e-2, atol=1e-3)
+    hard = torch.nn.functional.cross_entropy(logits[0, :2], torch.tensor([3, 9]))
+    torch.testing.assert_close(step_loss(predictor, logits, batch, 0, distill=False), hard)
+    assert step_loss(predictor, logits, batch, 2, distill=True) is None  # step 2's rows reach past every label
+
+
 def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
     """Batched, right-padded teacher forcing gives each sequence's rows as one-at-a-time runs do; the cache
     file (split in blocks) gives them back."""
@@ -200,6 +219,9 @@ def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
     batched = teacher_force(model, sequences, AUX, batch_size=3)
     assert torch.equal(alone.ids, batched.ids) and torch.equal(alone.offsets, batched.offsets)
     assert torch.equal(alone.labels, batched.labels)
+    answer = batched.labels >= 0
+    assert torch.equal(batched.top_ids[answer, 0].long(), batched.labels[answer])  # the likeliest is the label
+    torch.testing.assert_close(alone.top_probs.float(), batched.top_probs.float(), atol=2e-2, rtol=1e-2)
     torch.testing.assert_close(alone.layers.float(), batched.layers.float(), atol=2e-2, rtol=1e-2)
     assert (batched.labels >= 0).sum() == sum(len(a) for _, a in sequences)  # the last prompt row predicts answer[0]
     with patch("lopa.train.predictor.CACHE_BLOCK", 3):
@@ -207,7 +229,7 @@ def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
         assert len(list(tmp_path.glob("features-*.safetensors"))) == 3
         again = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
     for got in (cached, again):
-        assert all(torch.equal(getattr(got, k), getattr(batched, k)) for k in ("ids", "labels", "offsets"))
+        assert all(torch.equal(getattr(got, k), getattr(batched, k)) for k in ("ids", "labels", "top_ids", "top_probs", "offsets"))
 
 
 def test_greedy_with_the_predictor_equals_plain(model, trained) -> None:

@@ -42,6 +42,8 @@ def register(subparsers) -> None:
     t.add_argument("--epochs", type=int, default=10)
     t.add_argument("--batch-size", type=int, default=8, help="sequences per step")
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (warmup, then cosine decay)")
+    t.add_argument("--labels", action="store_true",
+                   help="train on the base's argmax next tokens only (default: distil its next-token distribution)")
     t.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training (EAGLE-3's training-time test)")
     t.add_argument("--draft-vocab", type=int, default=2048, help="most frequent target tokens the predictor can propose")
     t.add_argument("--intermediate-size", type=int, default=1024, help="the predictor layer's MLP width")
@@ -87,7 +89,8 @@ def _train_predictor(args: argparse.Namespace) -> int:
     aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
     held_out, train = (teacher_force(loaded.model, part, aux, cache_dir=args.features_dir) for part in (sequences[:held], sequences[held:]))
     settings = PredictorSettings(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps, seed=args.seed
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps, seed=args.seed,
+        distill=not args.labels,
     )
     predictor, log = train_predictor(
         loaded.model, train, held_out=held_out, aux_layers=aux, draft_vocab_size=args.draft_vocab,

@@ -1,15 +1,19 @@
 """Train an EAGLE-3 predictor with the training-time test, from (prompt ids, answer ids) sequences.
 
-The base model runs once over every sequence (teacher forcing, batched) for its aux-layer hidden states
-and its own next-token choice at every position: the label, i.e. what verification would accept. The
-result (`Features`, bf16 hidden states) is cached on disk, since it costs more than an epoch. Training
-then unrolls `ttt_steps` draft steps over whole sequences at once, as drafting runs them: step 0 reads
-the target's fused features; step s > 0 reads the predictor's own output features of step s - 1 (the
-chain's previous row, one position earlier) with the true tokens. A row of step s attends to the real
-rows up to its chain's root and to its own chain (EAGLE-3's mask; the keys go through a DynamicCache).
-The loss is the cross entropy against the labels mapped into the draft vocabulary (labels outside it are
-skipped), on answer positions, weighted decay ** s. The draft vocabulary is the `draft_vocab_size` most
-frequent labels.
+The base model runs once over every sequence (teacher forcing, batched) for its aux-layer hidden states, its
+own next-token choice at every position (the label, i.e. what greedy verification would accept) and its
+TOP_K likeliest next tokens with their probabilities. The result (`Features`, bf16 hidden states) is cached
+on disk, since it costs more than an epoch. Training then unrolls `ttt_steps` draft steps over whole
+sequences at once, as drafting runs them: step 0 reads the target's fused features; step s > 0 reads the
+predictor's own output features of step s - 1 (the chain's previous row, one position earlier) with the true
+tokens. A row of step s attends to the real rows up to its chain's root and to its own chain (EAGLE-3's
+mask; the keys go through a DynamicCache). The loss, on answer positions and weighted decay ** s, is by
+default distillation: the cross entropy against the base's own next-token distribution (its top TOP_K,
+renormalised over the draft vocabulary), as speculators trains EAGLE-3 against the verifier's logits. A
+label says only which token won; the distribution also says how the others rank, which labels alone do not
+teach a predictor trained on a few hundred thousand positions before it overfits them (`distill=False`:
+cross entropy against the labels mapped into the draft vocabulary, labels outside it skipped). The draft
+vocabulary is the `draft_vocab_size` most frequent labels.
 
 `out` gets the predictor (predictor_io layout), `train_log.jsonl` (loss and held-out top-1 by draft
 depth per epoch) and `trainer_state.pt` (AdamW and schedule state, epoch) after every epoch;
@@ -39,6 +43,7 @@ from ..models.loading import embedding_fingerprint
 STATE = "trainer_state.pt"
 LOG = "train_log.jsonl"
 CACHE_BLOCK = 256  # sequences per features cache file
+TOP_K = 32  # the base's likeliest next tokens kept per position (their probabilities are the distillation target)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class PredictorSettings:
     clip: float = 0.5  # gradient norm clip (EAGLE's)
     ttt_steps: int = 3
     decay: float = 0.8  # loss weight of unrolled step s is decay ** s
+    distill: bool = True  # against the base's next-token distribution (else its argmax labels)
     seed: int = 0
 
 
@@ -58,15 +64,23 @@ class _Batch:
     ids: torch.Tensor  # [B, L] prompt + answer, right-padded with 0
     layers: torch.Tensor  # [B, L, aux * hidden] the base's aux hidden states
     labels: torch.Tensor  # [B, L] the base's next token after each position; -100 where no loss
+    top_ids: torch.Tensor  # [B, L, TOP_K] the base's likeliest next tokens
+    top_probs: torch.Tensor  # [B, L, TOP_K] their probabilities (bf16; 0 in padding)
+
+
+ROWS = ("ids", "layers", "labels", "top_ids", "top_probs")  # the per-row fields, in _Batch's order
 
 
 @dataclass
 class Features:
-    """Teacher-forced rows of many sequences, concatenated ([N] ids and labels, [N, aux * hidden] bf16 layers)."""
+    """Teacher-forced rows of many sequences, concatenated ([N] ids and labels, [N, aux * hidden] bf16 layers,
+    [N, TOP_K] top next tokens and probabilities)."""
 
     ids: torch.Tensor
     layers: torch.Tensor
     labels: torch.Tensor
+    top_ids: torch.Tensor
+    top_probs: torch.Tensor
     offsets: torch.Tensor  # [S + 1]: sequence s is rows offsets[s]:offsets[s + 1]
 
     def __len__(self) -> int:
@@ -77,13 +91,13 @@ class Features:
 
     def row(self, s: int) -> _Batch:
         lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
-        return _Batch(self.ids[lo:hi], self.layers[lo:hi], self.labels[lo:hi])
+        return _Batch(*(getattr(self, k)[lo:hi] for k in ROWS))
 
     @classmethod
     def concat(cls, parts: list["Features"]) -> "Features":
         starts = torch.tensor([0] + [len(p.ids) for p in parts[:-1]]).cumsum(0)
         offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + start for p, start in zip(parts, starts)])
-        return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ("ids", "layers", "labels")), offsets)
+        return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ROWS), offsets)
 
     def save(self, path: Path) -> None:
         save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(path))
@@ -95,7 +109,7 @@ class Features:
 
 def features_key(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> str:
     """A name for the cache of these sequences' features under this model (its embedding fingerprint)."""
-    digest = hashlib.sha256(json.dumps([aux_layers, [list(p) + [-1] + list(a) for p, a in sequences]]).encode())
+    digest = hashlib.sha256(json.dumps([aux_layers, TOP_K, [list(p) + [-1] + list(a) for p, a in sequences]]).encode())
     return f"features-{embedding_fingerprint(model.get_input_embeddings().weight)}-{digest.hexdigest()[:12]}"
 
 
@@ -107,7 +121,7 @@ def teacher_force(
     batch_size: int = 8,
     cache_dir: Path | None = None,
 ) -> Features:
-    """The base's aux-layer hidden states and next-token labels (on the answer) of every sequence.
+    """The base's aux-layer hidden states, next-token labels (on the answer) and top next tokens of every sequence.
 
     Sequences run in length-sorted, right-padded batches (causal attention: padding never reaches a real
     row). With `cache_dir`, each block of CACHE_BLOCK sequences is read from / written to a file named by
@@ -129,19 +143,18 @@ def teacher_force(
             ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
         out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
         labels = out.logits.argmax(-1).cpu()
+        top_probs, top_ids = out.logits.float().softmax(-1).topk(min(TOP_K, out.logits.shape[-1]), -1)
+        top_probs, top_ids = top_probs.to(torch.bfloat16).cpu(), top_ids.to(torch.int32).cpu()
         layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
         for b, s in enumerate(order[lo : lo + batch_size]):
             n, prompt = len(part[b]), len(sequences[s][0])
             label = labels[b, :n].clone()
             label[: prompt - 1] = -100  # prompt positions: no loss
             label[-1] = -100  # after the last token the data has no next token to check against
-            rows[s] = _Batch(ids[b, :n], layers[b, :n], label)
+            rows[s] = _Batch(ids[b, :n], layers[b, :n], label, top_ids[b, :n], top_probs[b, :n])
     ordered = [rows[s] for s in range(len(sequences))]
     lengths = torch.tensor([0] + [r.ids.numel() for r in ordered])
-    features = Features(
-        torch.cat([r.ids for r in ordered]), torch.cat([r.layers for r in ordered]),
-        torch.cat([r.labels for r in ordered]), lengths.cumsum(0),
-    )
+    features = Features(*(torch.cat([getattr(r, k) for r in ordered]) for k in ROWS), lengths.cumsum(0))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         features.save(path)
@@ -149,34 +162,39 @@ def teacher_force(
 
 
 def _collate(rows: list[_Batch]) -> _Batch:
+    """Right-padded: ids 0, no label, no probability."""
     length = max(r.ids.numel() for r in rows)
-    ids = torch.zeros(len(rows), length, dtype=torch.long)
-    layers = torch.zeros(len(rows), length, rows[0].layers.shape[-1])
-    labels = torch.full((len(rows), length), -100, dtype=torch.long)
-    for b, r in enumerate(rows):
-        n = r.ids.numel()
-        ids[b, :n], layers[b, :n], labels[b, :n] = r.ids, r.layers, r.labels
-    return _Batch(ids, layers, labels)
+    padded = []
+    for k in ROWS:
+        first = getattr(rows[0], k)
+        batch = torch.full((len(rows), length, *first.shape[1:]), -100 if k == "labels" else 0, dtype=first.dtype)
+        for b, r in enumerate(rows):
+            batch[b, : r.ids.numel()] = getattr(r, k)
+        padded.append(batch)
+    return _Batch(*padded)
 
 
-def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(draft logits [B, T, draft_vocab], draft-vocab labels [B, T]) of each unrolled step; T = L - 1.
+def _ahead(rows: torch.Tensor, s: int, fill: int = 0) -> torch.Tensor:
+    """[B, L, ...] rows 1 + s onwards, padded at the end back to T = L - 1 rows: unrolled step s's row i reads row i + 1 + s."""
+    return torch.cat([rows[:, 1 + s :], rows.new_full((rows.shape[0], s, *rows.shape[2:]), fill)], 1)
+
+
+def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[torch.Tensor]:
+    """Draft logits [B, T, draft_vocab] of each unrolled step; T = L - 1.
 
     Row i of step s sits at position i + 1 + s, holds token ids[i + 1 + s] and predicts the token after it."""
-    ids, labels = batch.ids, batch.labels
+    ids = batch.ids
     b, t = ids.shape[0], ids.shape[1] - 1
     features = predictor.fuse(batch.layers[:, :t])  # row i reads the target's features at position i
     cache, results = DynamicCache(), []
     blocks = [causal(t)]
     for s in range(steps):
-        tokens = F.pad(ids[:, 1 + s :], (0, s))
-        target = F.pad(labels[:, 1 + s :], (0, s), value=-100)
+        tokens = _ahead(ids, s)
         positions = (torch.arange(t) + 1 + s).expand(b, t)
         allowed = torch.cat(blocks, 1)
         mask = torch.zeros(1, 1, t, allowed.shape[1]).masked_fill_(~allowed, torch.finfo(torch.float32).min)
         logits, features = predictor(features, tokens, positions, mask, cache)
-        target = predictor.to_draft(target.clamp(min=0)).masked_fill_(target < 0, -100)
-        results.append((logits, target))
+        results.append(logits)
         blocks.append(torch.eye(t, dtype=torch.bool))  # the next step's row i also sees this step's row i
     return results
 
@@ -189,12 +207,29 @@ def accuracy(predictor: Eagle3Predictor, data: Features, steps: int = 1, batch_s
     hits, counts = [0] * steps, [0] * steps
     with torch.no_grad():
         for batch in _batches(data, batch_size, None):
-            for s, (logits, _) in enumerate(unroll(predictor, batch, steps)):
-                labels = F.pad(batch.labels[:, 1 + s :], (0, s), value=-100)
+            for s, logits in enumerate(unroll(predictor, batch, steps)):
+                labels = _ahead(batch.labels, s, -100)
                 keep = labels >= 0
                 hits[s] += int((predictor.draft_ids[logits.argmax(-1)] == labels)[keep].sum())
                 counts[s] += int(keep.sum())
     return [h / max(c, 1) for h, c in zip(hits, counts)]
+
+
+def step_loss(predictor: Eagle3Predictor, logits: torch.Tensor, batch: _Batch, s: int, distill: bool) -> torch.Tensor | None:
+    """Unrolled step s's loss over its answer rows (None when it has none): cross entropy against the base's
+    top next tokens, renormalised over the draft vocabulary (`distill`), or against its argmax label."""
+    labels = _ahead(batch.labels, s, -100)
+    if not distill:
+        target = predictor.to_draft(labels.clamp(min=0)).masked_fill_(labels < 0, -100)
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100) if (target >= 0).any() else None
+    draft = predictor.to_draft(_ahead(batch.top_ids, s).long())
+    probs = _ahead(batch.top_probs, s).float().masked_fill_(draft < 0, 0.0)
+    mass = probs.sum(-1)
+    rows = (labels >= 0) & (mass > 0)
+    if not rows.any():
+        return None
+    log_q = logits.log_softmax(-1).gather(-1, draft.clamp(min=0))
+    return -((probs * log_q).sum(-1)[rows] / mass[rows]).mean()
 
 
 def _batches(data: Features, batch_size: int, generator: torch.Generator | None):
@@ -260,11 +295,9 @@ def train_predictor(
         start, total, batches = time.perf_counter(), 0.0, 0
         bar = tqdm(_batches(data, settings.batch_size, generator), total=steps_per_epoch, desc=f"epoch {epoch}", unit="batch")
         for batch in bar:
-            loss = sum(
-                settings.decay**s * F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100)
-                for s, (logits, target) in enumerate(unroll(predictor, batch, settings.ttt_steps))
-                if (target >= 0).any()
-            )
+            unrolled = unroll(predictor, batch, settings.ttt_steps)
+            losses = [step_loss(predictor, logits, batch, s, settings.distill) for s, logits in enumerate(unrolled)]
+            loss = sum(settings.decay**s * step for s, step in enumerate(losses) if step is not None)
             if torch.is_tensor(loss):  # else: no answer position in this batch
                 optimizer.zero_grad()
                 loss.backward()
