@@ -1,0 +1,22 @@
+"""Per-prompt tokens/s ratios from spec-bench/results.json: lopa over ar and over lopa-ngram (medians), and lopa over
+ar per category (medians).
+
+    python docs/bench/predictor-v3/spec_bench_ratios.py
+"""
+
+import collections
+import json
+import statistics
+from pathlib import Path
+
+results = json.loads((Path(__file__).parent / "spec-bench" / "results.json").read_text())
+by_category, vs_ngram, vs_ar = collections.defaultdict(list), [], []
+for prompt in results["prompts"]:
+    rate = {method: run["tokens_per_s"] for method, run in prompt["runs"].items()}
+    vs_ar.append(rate["lopa"] / rate["ar"])
+    vs_ngram.append(rate["lopa"] / rate["lopa-ngram"])
+    by_category[prompt["category"]].append(rate["lopa"] / rate["ar"])
+print("median lopa/ar (tokens/s, per prompt)", round(statistics.median(vs_ar), 3))
+print("median lopa/lopa-ngram (tokens/s, per prompt)", round(statistics.median(vs_ngram), 3))
+for category, ratios in by_category.items():
+    print(f"{category:15s} lopa/ar median {statistics.median(ratios):.3f}  ({len(ratios)} prompts)")
