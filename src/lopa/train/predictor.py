@@ -143,8 +143,10 @@ def teacher_force(
             ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
         out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
         labels = out.logits.argmax(-1).cpu()
-        top_probs, top_ids = out.logits.float().softmax(-1).topk(min(TOP_K, out.logits.shape[-1]), -1)
-        top_probs, top_ids = top_probs.to(torch.bfloat16).cpu(), top_ids.to(torch.int32).cpu()
+        logits = out.logits.float()
+        top = logits.topk(min(TOP_K, logits.shape[-1]), -1)  # the softmax's order: no full-vocabulary softmax copy
+        top_probs = (top.values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.bfloat16).cpu()
+        top_ids = top.indices.to(torch.int32).cpu()
         layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
         for b, s in enumerate(order[lo : lo + batch_size]):
             n, prompt = len(part[b]), len(sequences[s][0])
