@@ -3,11 +3,15 @@ what generating it alone gives, and one Engine refuses a second concurrent strea
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+import torch
 
 from lopa import Engine, GenerationConfig
 from lopa.errors import InvalidRequestError
 
+from .conftest import tiny_llama
 from .prompts import ALL
 
 PROMPTS = [p.text for p in ALL[:8]]
@@ -59,6 +63,17 @@ def test_from_model_wraps_a_users_model_without_changing_it(engine: Engine) -> N
     want = wrapped.generate(PROMPTS[0], max_new_tokens=32, method="ar").token_ids  # stock kernels round differently
     result = wrapped.generate(PROMPTS[0], max_new_tokens=32)
     assert result.token_ids == want and result.stats.tree_nodes > result.stats.forwards  # trees were verified
+
+
+def test_reduced_precision_warns_that_greedy_equality_is_up_to_rounding(engine: Engine, caplog) -> None:
+    """In bf16 a tree's forward rounds differently from one-token steps (measured: README, bf16 on the CPU): the
+    user is told once, when the engine is built; float32 says nothing."""
+    with caplog.at_level(logging.WARNING, logger="lopa"):
+        Engine.from_model(tiny_llama(), engine.tokenizer, profile=False)
+        assert not caplog.records
+        Engine.from_model(tiny_llama().to(torch.bfloat16), engine.tokenizer, profile=False)
+    assert len(caplog.records) == 1 and "bfloat16" in caplog.records[0].getMessage()
+    assert "near-ties" in caplog.records[0].getMessage()
 
 
 def test_a_registered_drafter_joins_the_trees(engine: Engine) -> None:

@@ -58,19 +58,24 @@ def test_packed_linear_is_exact_and_row_invariant() -> None:
     assert layer.weight is linear.weight  # one parameter: fingerprints and tied embeddings see the same model
 
 
-def test_grouped_kv_attention_equals_stock_attention(engine: Engine) -> None:
-    """The registered tree attention reads grouped KV heads in place and matches transformers' SDPA."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_kv_attention_equals_stock_attention(engine: Engine, dtype: torch.dtype) -> None:
+    """The registered tree attention reads grouped KV heads in place (folded into the query length for several
+    rows of several queries, and for one bf16 query per row) and matches transformers' SDPA, which copies them out."""
     attn = engine.model.model.layers[0].self_attn
     assert attn.num_key_value_groups > 1, "the default model has grouped KV heads"
     torch.manual_seed(0)
     heads, kv_heads, dim = attn.config.num_attention_heads, attn.config.num_key_value_heads, attn.head_dim
-    for queries, keys in ((1, 40), (16, 300)):
-        q, k, v = torch.randn(1, heads, queries, dim), torch.randn(1, kv_heads, keys, dim), torch.randn(1, kv_heads, keys, dim)
-        mask = torch.where(torch.rand(1, 1, queries, keys + 5) < 0.8, 0.0, torch.finfo(torch.float32).min)
+    for rows, queries, keys in ((1, 1, 40), (1, 16, 300), (8, 1, 200), (8, 3, 200)):
+        q = torch.randn(rows, heads, queries, dim, dtype=dtype)
+        k, v = (torch.randn(rows, kv_heads, keys, dim, dtype=dtype) for _ in range(2))
+        mask = torch.where(torch.rand(rows, 1, queries, keys + 5) < 0.8, 0.0, torch.finfo(dtype).min).to(dtype)
         mask[..., 0] = 0.0  # every query sees a key
         got, _ = tree_attention(attn, q, k, v, mask, scaling=attn.scaling)
         want, _ = sdpa_attention_forward(attn, q, k, v, mask[..., :keys], scaling=attn.scaling)
-        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)  # summation order only
+        assert got.dtype == dtype
+        # summation order only: float noise in fp32, a rounding step of bf16 (8 bits of mantissa) in bf16
+        torch.testing.assert_close(got, want, atol=1e-6 if dtype == torch.float32 else 1e-2, rtol=0)
 
 
 def test_stock_twin_shares_weights_without_lopa_modules(engine: Engine, stock) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -30,6 +31,8 @@ from .models.profile import TREE_SIZES, forward_latency, load_or_measure_surface
 from .models.runner import Runner
 from .models.threads import apply_threads
 from .text import TextStream
+
+log = logging.getLogger("lopa")
 
 Prompt = str | Sequence[dict] | Sequence[int]
 
@@ -107,6 +110,12 @@ class Engine:
         self.runner = Runner(
             self.model, 1, static or 256, max_verify_tokens=max_verify_tokens, compiled=compiled, static=static is not None
         )
+        if self.model.dtype in (torch.bfloat16, torch.float16):
+            log.warning(
+                "lopa: in %s a tree's forward rounds its tokens differently from one-token steps, so greedy lookahead "
+                "equals plain decoding only up to near-ties at that precision (README: bf16 on the CPU); float32 "
+                "keeps them equal", str(self.model.dtype).removeprefix("torch.")
+            )
         # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features
         self.predictor = predictor_for(self.model, predictor, self.draft.use_predictor)
         if self.predictor is not None:

@@ -21,7 +21,7 @@ from ..models.runner import ForwardOutput, Runner
 from .cost import CostModel
 from .feedback import StepFeedback
 from .pricing import DrafterPrice, DraftPricing
-from .sampling import TokenLogprob, target_distribution, token_logprobs
+from .sampling import TokenLogprob, target_logits, token_logprobs, warp
 from .verify import accept_greedy, accept_sampling
 from .window import WindowController
 
@@ -102,8 +102,11 @@ class SequenceDecoder:
             for drafter in self.drafting.drafters:
                 if hasattr(drafter, "observe_prefill"):
                     drafter.observe_prefill(layers)
-        dist = target_distribution(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)
-        token = int(dist[0].argmax()) if self.cfg.greedy else int(torch.multinomial(dist[0], 1, generator=self.generator))
+        target = target_logits(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)[0]
+        if self.cfg.greedy:
+            token = int(target.argmax())
+        else:
+            token = int(torch.multinomial(warp(target[None], self.cfg)[0], 1, generator=self.generator))
         self.context = self.prompt + [token]
         self.produced = 1
         self.done = token in self.eos_ids or self.produced >= self.cfg.max_new_tokens
@@ -131,11 +134,12 @@ class SequenceDecoder:
     def advance(self, tree: DraftTree, out: ForwardOutput) -> tuple[StepRecord, list[int]]:
         """Accept from the verification of `tree`; returns the step and the tree nodes to commit."""
         cfg, context, drafting = self.cfg, self.context, self.drafting
-        dist = target_distribution(out.logits, _contexts(context, tree, cfg), cfg, len(self.prompt), self.eos_ids)
-        if cfg.greedy:
-            path, bonus = accept_greedy(tree, dist.argmax(-1).tolist())
+        logits = target_logits(out.logits, _contexts(context, tree, cfg), cfg, len(self.prompt), self.eos_ids)
+        choices = logits.argmax(-1).tolist() if cfg.greedy else None
+        if choices is not None:
+            path, bonus = accept_greedy(tree, choices)
         else:
-            path, bonus = accept_sampling(tree, dist, self.generator)
+            path, bonus = accept_sampling(tree, warp(logits, cfg), self.generator)
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + ["bonus"]
         stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
@@ -143,7 +147,9 @@ class SequenceDecoder:
         observe_start = time.perf_counter()
         log_probs = out.logits[path].float().log_softmax(-1) if drafting or cfg.logprobs is not None else None
         if drafting:
-            feedback = StepFeedback(context, tree, out.logits.argmax(-1).tolist(), path, new, out.layers)
+            # the target's own top-1 at every node: greedy's choices, unless penalties moved them
+            predictions = choices if choices is not None and logits is out.logits else out.logits.argmax(-1).tolist()
+            feedback = StepFeedback(context, tree, predictions, path, new, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
             drafting.controller.update(self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist())

@@ -71,23 +71,20 @@ def ban_early_end(
     return logits
 
 
-def target_distribution(
+def target_logits(
     logits: torch.Tensor,
     contexts: Sequence[Sequence[int]],
     cfg: GenerationConfig,
     prompt_length: int = 0,
     end_ids: Sequence[int] = (),
 ) -> torch.Tensor:
-    """What the target emits after each row: one-hot argmax when greedy, else sampling probabilities.
-    contexts: each row's tokens so far, the first `prompt_length` of them the prompt; end_ids: the tokens
-    cfg.min_tokens holds back."""
+    """The logits after the penalties and min_tokens (the very tensor given when none applies): greedy decoding
+    emits their argmax, sampling draws from warp() of them. contexts: each row's tokens so far, the first
+    `prompt_length` of them the prompt; end_ids: the tokens cfg.min_tokens holds back."""
     logits = apply_repetition_penalty(logits, contexts, cfg.repetition_penalty)
     generated = [context[prompt_length:] for context in contexts]
     logits = apply_presence_frequency(logits, generated, cfg.presence_penalty, cfg.frequency_penalty)
-    logits = ban_early_end(logits, generated, cfg.min_tokens, end_ids)
-    if cfg.greedy:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    return warp(logits, cfg)
+    return ban_early_end(logits, generated, cfg.min_tokens, end_ids)
 
 
 @dataclass

@@ -9,11 +9,14 @@ vocabulary projection took 7.2 ms for one row. oneDNN's inner product on a weigh
 reordered once into its blocked layout (what inductor's freezing pass uses for CPU
 linears) reads the same matrices at 33-35 GB/s for 1-4 rows, 30 at 8 and 25 at 16, and
 the vocabulary projection in 2.8 ms (1 row) and 3.7 ms (16 rows), copy bandwidth being
-38 GB/s (`python -m lopa.models.fastlinear` prints this table for the machine it runs on).
+38 GB/s (measured when this module was written; no command here reprints the table).
 
-oneDNN computes each output row with the same kernel whatever the row count (a test
-checks row 0 is bit-identical for 1 to 64 rows), so a token verified inside a tree gets
-the logits it would get in a 1-token step, and one path serves all sizes. Rounding
+oneDNN computes each output row alike whatever the row count (a test checks row 0 is
+bit-identical for 1 to 100 rows of a small layer), so a token verified inside a tree gets
+about the projections of a 1-token step, and one path serves all sizes. Not exactly for
+every shape: in fp32, SmolLM2's down projection (1536 inputs) rounds one row differently
+from two or more (6e-7 relative), float noise that greedy equality survives (its tests
+allow a divergence only at a near-tie); in bf16 its layers were bit-identical. Rounding
 differs from MKL's by float noise (about 1e-6 relative).
 
 PackedLinear keeps the original weight (still the module's parameter, so fingerprints,

@@ -3,7 +3,7 @@
 It subclasses transformers' StaticLayer (no monkeypatching): buffers are allocated once,
 `update` writes the new rows at the current length and returns a view of the filled
 prefix only, so attention never reads the unused tail. After verification the runner
-moves the accepted rows down to contiguous slots with `compact`.
+moves the accepted rows down to contiguous slots (Runner.commit).
 
 A *static* cache (for CUDA graphs, which replay fixed shapes at fixed addresses) writes
 at an offset held in a device tensor shared by all layers and returns the whole buffers;
@@ -61,13 +61,6 @@ class TreeKVLayer(StaticLayer):
     def get_seq_length(self) -> int:
         return self.length
 
-    def compact(self, src: torch.Tensor, dst_start: int) -> None:
-        """Move rows `src` (absolute slots) to dst_start, dst_start+1, ...; others become free."""
-        if self.is_initialized:
-            n = src.numel()
-            self.keys[:, :, dst_start : dst_start + n] = self.keys.index_select(2, src)
-            self.values[:, :, dst_start : dst_start + n] = self.values.index_select(2, src)
-
 
 class TreeKVCache(Cache):
     """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
@@ -106,7 +99,3 @@ class TreeKVCache(Cache):
             layer.length = length
         if self.offset is not None:
             self.offset.fill_(length)
-
-    def compact(self, src: torch.Tensor, dst_start: int) -> None:
-        for layer in self.layers:
-            layer.compact(src, dst_start)

@@ -124,7 +124,8 @@ class Runner:
         self.slots = slots
         self.lengths = [0] * slots
         self.capacity = 0
-        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.kv = torch.empty(0)  # every layer's keys and values (see _grow)
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer (keys, values): views of self.kv
         self.offset = torch.zeros((), dtype=torch.long, device=self.device) if static else None
         self._start = 0  # column where the last verified trees were written
         self._grow(capacity)
@@ -143,7 +144,10 @@ class Runner:
     # --- KV slots ------------------------------------------------------------------------------
 
     def _grow(self, rows: int) -> None:
-        """Make every slot hold at least `rows` KV rows, keeping what they hold (a static cache cannot grow)."""
+        """Make every slot hold at least `rows` KV rows, keeping what they hold (a static cache cannot grow).
+
+        Every layer's keys and values are views of one tensor [layers, 2, slots, kv_heads, capacity, head_dim], so
+        moving a slot's rows (a commit's compaction, a slot move) is one copy for all layers, not two per layer."""
         if rows <= self.capacity:
             return
         if self.static and self.buffers:
@@ -152,15 +156,12 @@ class Runner:
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         capacity = rows if self.static or not self.buffers else max(rows, 2 * self.capacity)
-        shape = (self.slots, kv_heads, capacity, head_dim)
-        fresh = []
-        for old in self.buffers or [None] * c.num_hidden_layers:
-            pair = tuple(torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2))
-            if old is not None:
-                for new_t, old_t in zip(pair, old):
-                    new_t[:, :, : self.capacity] = old_t
-            fresh.append(pair)
-        self.buffers, self.capacity = fresh, capacity
+        shape = (c.num_hidden_layers, 2, self.slots, kv_heads, capacity, head_dim)
+        kv = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        if self.buffers:
+            kv[..., : self.capacity, :] = self.kv
+        self.kv, self.capacity = kv, capacity
+        self.buffers = [(layer[0], layer[1]) for layer in kv]
 
     def reserve(self, rows: int) -> None:
         """Room for `rows` KV rows per slot (plus a compiled forward's padding) before decoding starts."""
@@ -178,9 +179,7 @@ class Runner:
     def move(self, src: int, dst: int) -> None:
         """Copy slot src's committed rows into slot dst (to keep the active slots contiguous)."""
         n = self.lengths[src]
-        for k, v in self.buffers:
-            k[dst, :, :n] = k[src, :, :n]
-            v[dst, :, :n] = v[src, :, :n]
+        self.kv[:, :, dst, :, :n] = self.kv[:, :, src, :, :n]
         self.lengths[dst] = n
 
     def free(self, slot: int, occupants: list) -> None:
@@ -306,7 +305,8 @@ class Runner:
     def commit(self, slot: int, nodes: list[int]) -> None:
         """Keep tree nodes `nodes` (root first) of the last verify as the slot's next committed rows."""
         base = self.lengths[slot]
-        if self._start != base or nodes != list(range(len(nodes))):
+        if self._start != base or nodes != list(range(len(nodes))):  # move the kept rows down, every layer at once
             src = torch.tensor(nodes, device=self.device) + self._start
-            self._view(slot, slot + 1, base).compact(src, base)
+            rows = self.kv[:, :, slot]  # [layers, 2, kv_heads, capacity, head_dim]
+            rows[:, :, :, base : base + len(nodes)] = rows.index_select(3, src)
         self.lengths[slot] = base + len(nodes)
