@@ -6,11 +6,15 @@ the same machine:
 
     OMP_NUM_THREADS=2 PYTHONPATH=/path/to/checkout/src python docs/bench/batch-pricing/inprocess_ab.py 16 8 3
     OMP_NUM_THREADS=2 PYTHONPATH=/path/to/checkout/src python docs/bench/batch-pricing/inprocess_ab.py 16 16 2 128
+
+A fifth argument loads the model in that dtype ("bfloat16"; default: the engine's).
 """
 
 import statistics
 import sys
 import time
+
+import torch
 
 import lopa
 from lopa.api import Engine
@@ -20,7 +24,7 @@ count, batch, rounds = (int(a) for a in sys.argv[1:4])
 tokens = int(sys.argv[4]) if len(sys.argv) > 4 else 64
 questions = spread(load_questions("../shared/data/spec_bench_dev.jsonl"), count)
 prompts = [[{"role": "user", "content": q.turns[0]}] for q in questions]
-engine = Engine.from_pretrained()
+engine = Engine.from_pretrained(dtype=getattr(torch, sys.argv[5]) if len(sys.argv) > 5 else None)
 
 
 def tokens_per_s(method: str) -> float:
