@@ -10,3 +10,6 @@ rm -f $out/step_parts.log
 for round in 1 2; do
     for src in $BASE/src $PWD/src; do PYTHONPATH=$src python $out/step_parts.py 2>&1 | grep -v "^INFO" | tee -a $out/step_parts.log; done
 done
+# served, after the change
+lopa bench-serve --modes lopa,plain --concurrency 1,8 --rounds 2 --max-tokens 64 --load-seconds 0 --long-prompt 0 \
+    --out $out/serve 2>&1 | grep -v "^INFO" | tee $out/serve.log
