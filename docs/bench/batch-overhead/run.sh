@@ -13,3 +13,5 @@ done
 # served, after the change
 lopa bench-serve --modes lopa,plain --concurrency 1,8 --rounds 2 --max-tokens 64 --load-seconds 0 --long-prompt 0 \
     --out $out/serve 2>&1 | grep -v "^INFO" | tee $out/serve.log
+# the first extra node in a batch of 8 (packed forwards)
+python $out/first_node.py 2>&1 | grep -v "^INFO" | tee $out/first_node.log
