@@ -38,7 +38,8 @@ def test_packed_model_matches_stock_logits(engine: Engine, stock) -> None:
     with torch.no_grad():
         for rows in (1, 2, 4, 16, ids.shape[1]):
             got, want = engine.model(ids[:, :rows]).logits, stock.model(ids[:, :rows]).logits
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{rows} rows: {m}")
+            # float noise between GEMM kernels: on an AVX2-only core 15 of 2M logits of 42 rows differed by 1.3e-4
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4, msg=lambda m: f"{rows} rows: {m}")
 
 
 def test_packed_linear_is_exact_and_row_invariant() -> None:

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..draft.tree import RankedDraft
+from .gate import LookaheadGate
 
 SMOOTHING = 0.3  # weight of the newest measurement in a running ratio
 RELAXING = 0.02  # per measured step, how far the other classes' ratios return to an unmeasured class's
@@ -67,6 +68,7 @@ class CostModel:
     rates: dict[int, float] = field(default_factory=dict)  # rows -> tokens per second of steps without drafting
     expected: dict[int, float] = field(default_factory=dict)  # depth -> recent verified nodes' path probabilities
     accepted: dict[int, float] = field(default_factory=dict)  # depth -> recent rows accepted that deep
+    gate: LookaheadGate = field(default_factory=LookaheadGate)  # whether trees pay at all, by measured steps
 
     def __post_init__(self) -> None:
         """No forward costs more than a measured larger one (more rows, more tokens): a slow outlier (another

@@ -115,15 +115,15 @@ class SequenceDecoder:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
 
-    def draft(self, rate: float | None, rows: int) -> RankedDraft:
+    def draft(self, rate: float | None, rows: int, lookahead: bool = True) -> RankedDraft:
         """The proposals of the drafters that pay at the `rate` (tokens/s; None: of all) of a batch of `rows`,
-        ranked best first (none for plain decoding)."""
+        ranked best first (none for plain decoding, or a plain step: `lookahead` False)."""
         root, drafting = self.context[-1], self.drafting
-        if not drafting:
+        self.proposing_s = {}
+        if not drafting or not lookahead:
             return RankedDraft(root)
         left = self.cfg.max_new_tokens - self.produced
         depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows, left), []
-        self.proposing_s = {}
         for drafter in drafting.drafters:
             if drafter.source in proposing:
                 start = time.perf_counter()
@@ -173,7 +173,9 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     start = time.perf_counter()
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
     rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
-    drafts = [seq.draft(rate, len(seqs)) for seq in seqs]
+    gate = cost.gate if rate is not None and any(seq.drafting for seq in seqs) else None
+    lookahead = gate is None or gate.lookahead(len(seqs))
+    drafts = [seq.draft(rate, len(seqs), lookahead) for seq in seqs]
     sizes: list[int | None] = [None] * len(seqs)
     if cost is not None:
         sizes = cost.tree_sizes([d.probs if seeded else cost.calibrated(d) for d in drafts], corrected=not seeded)
@@ -197,6 +199,9 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
         cost.observe(len(seqs), cost.tokens_per_row([tree.size for tree in trees]), forward_s)
         cost.observe_step(len(seqs), forward_s)
         cost.observe_drafts(verified)
+    if gate is not None:
+        emitted = sum(len(r.tokens) for r in results if isinstance(r, StepRecord))
+        gate.observe(len(seqs), lookahead, emitted, time.perf_counter() - start)
     for record in results:
         if isinstance(record, StepRecord):  # each row's share of the batch's drafting and forward
             record.draft_s += (drafted - start) / len(seqs)

@@ -28,6 +28,8 @@ modules is model surgery, not a monkeypatch: the transformers forward is untouch
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -48,8 +50,20 @@ def _packed_linear_shape(x: torch.Tensor, packed: torch.Tensor, weight: torch.Te
 
 
 def packing_available(model: nn.Module) -> bool:
-    """oneDNN packing applies to fp32 and bf16 models on a CPU whose torch build has oneDNN (x86 and arm wheels do)."""
-    return torch.backends.mkldnn.is_available() and model.device.type == "cpu" and model.dtype in PACKED_DTYPES
+    """oneDNN packing applies to fp32 and bf16 models on a CPU whose torch build has oneDNN (x86 and arm wheels do)
+    and whose instructions oneDNN packs that dtype with (bf16 needs AVX-512 or AVX-NE-CONVERT on x86)."""
+    cpu = torch.backends.mkldnn.is_available() and model.device.type == "cpu" and model.dtype in PACKED_DTYPES
+    return cpu and _packs(model.dtype)
+
+
+@cache
+def _packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs a weight of `dtype` on this CPU (it refuses bf16 on an AVX2-only x86 core)."""
+    try:
+        pack_weight(torch.zeros(PACK_ROWS, PACK_ROWS, dtype=dtype))
+    except RuntimeError:
+        return False
+    return True
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
