@@ -166,7 +166,8 @@ class SequenceDecoder:
 
 def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None) -> list[StepRecord | Exception]:
     """Advance seqs (slot i holds seqs[i]) by one verification. `cost` sizes the batch's trees and learns from
-    the forward's time; None verifies every ranked node (a fixed window).
+    the forward's time, and its gate (decode/gate.py) decides whether this step drafts at all; None verifies every
+    ranked node (a fixed window).
 
     An exception while drafting or verifying fails the whole batch (it propagates); one while a row
     accepts fails only that row (its entry is the exception)."""
