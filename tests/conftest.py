@@ -9,14 +9,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from lopa import Engine
+from lopa import DraftConfig, Engine
 
 TIE = 1e-4  # a greedy divergence is allowed only where the reference's top-2 logits are this close
 
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:
-    return Engine.from_pretrained()
+    """The default model, drafting at every step: tests assert what drafts do, and where the lookahead gate
+    would decode plainly depends on measured times (tests/test_gate.py tests the gate)."""
+    return Engine.from_pretrained(draft=DraftConfig(always_draft=True))
 
 
 @dataclass

@@ -118,7 +118,7 @@ def test_runner_truncate_refuses_to_grow(pair) -> None:
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(engine: Engine) -> None:
-    drafted = Engine(engine.loaded, DraftConfig(draft_model="other", use_predictor=False), predictor=False)
+    drafted = Engine(engine.loaded, DraftConfig(draft_model="other", use_predictor=False, always_draft=True), predictor=False)
     other = type("OtherTokenizer", (), {"get_vocab": lambda self: {"a": 0}, "__len__": lambda self: 1})()
     with pytest.raises(ModelLoadError, match="tokenizer"):
         drafted.use_draft_model(engine.model, other)
@@ -129,7 +129,8 @@ def test_a_draft_model_with_another_vocabulary_is_refused(engine: Engine) -> Non
 def test_qwen_coder_drafting_for_itself_in_int8_is_exact() -> None:
     """A real model with a 152k vocabulary: its own int8 copy drafts, fp32 verifies; the output equals plain fp32
     decoding and the draft chain is mostly accepted."""
-    engine = Engine.from_pretrained("qwen2.5-coder-0.5b", draft=DraftConfig(draft_model="self"), predictor=False)
+    engine = Engine.from_pretrained("qwen2.5-coder-0.5b", draft=DraftConfig(draft_model="self", always_draft=True), predictor=False,
+                                    profile=False)
     for prompt in ("Write a Python function that checks whether a string is a palindrome.",
                    "def quicksort(items):"):
         plain = engine.generate(prompt, max_new_tokens=48, method="ar")
@@ -141,12 +142,11 @@ def test_qwen_coder_drafting_for_itself_in_int8_is_exact() -> None:
 def test_served_sequences_each_draft_through_their_own_runner(engine: Engine) -> None:
     """`lopa serve --draft-model`: concurrent requests in one batch each get a Runner (own KV cache) over the one
     draft model; their answers equal the engine's alone, and drafts were accepted."""
-    drafted = Engine(engine.loaded, DraftConfig(draft_model="self", draft_model_dtype="float32"), predictor=False)
+    drafted = Engine(engine.loaded, DraftConfig(draft_model="self", draft_model_dtype="float32", always_draft=True), predictor=False)
     drafted.use_draft_model(engine.model, engine.tokenizer)  # the target drafting for itself: every chain accepted
     got, want = served_and_plain(drafted, engine, max_tokens=24, timeout=60.0)
     assert [g["choices"][0]["text"] for g in got] == want
-    # drafts were accepted (fewer than every step's: a full fp32 copy drafting costs as much as it saves on a CPU,
-    # so decode/pricing.py asks it only while it pays, then probes)
+    # drafts were accepted (always_draft: asked at every step, whatever decode/pricing.py would judge it worth)
     assert max(g["lopa"]["tokens_per_forward"] for g in got) > 1.5
     twice = drafted.drafting_for(GenerationConfig()).drafters + drafted.drafting_for(GenerationConfig()).drafters
     runners = {id(d.runner) for d in twice if d.source == "draft"}

@@ -6,7 +6,7 @@ import time
 from itertools import islice
 
 from lopa import Engine
-from lopa.config import GenerationConfig
+from lopa.config import DraftConfig, GenerationConfig
 from lopa.decode.cost import CostModel
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.pricing import MAX_IDLE, MEASURED, PROBE_EVERY, DraftPricing
@@ -105,13 +105,15 @@ def test_a_slow_useless_drafter_stops_being_asked_and_the_output_is_unchanged(en
 
     calls: list[int] = []
     drafter("slow")(lambda e: Slow(0.05, calls))
+    priced = Engine(engine.loaded)  # the fixture's engine has every drafter propose at every step
+    priced.cost = engine.cost
     try:
         want = engine.generate(PROMPT, max_new_tokens=40, method="ar").token_ids
-        result = engine.generate(PROMPT, max_new_tokens=40)
+        result = priced.generate(PROMPT, max_new_tokens=40)
         assert result.token_ids == want
         assert 1 <= len(calls) < result.stats.forwards / 2
         calls.clear()
-        seeded = engine.generate(PROMPT, GenerationConfig(max_new_tokens=12, temperature=0.8, seed=3))
+        seeded = priced.generate(PROMPT, GenerationConfig(max_new_tokens=12, temperature=0.8, seed=3))
         assert len(calls) == seeded.stats.forwards  # asked at every step
     finally:
         del DRAFTERS["slow"]
@@ -147,7 +149,7 @@ def test_in_a_batch_a_dear_drafter_is_trusted_only_until_measured_alone_always()
 
 def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine) -> None:
     """A slow drafter must not make its own time look cheap by slowing the steps the rate is measured on."""
-    drafting = Drafting([Slow(0.3, [])], WindowController(4), engine.draft)
+    drafting = Drafting([Slow(0.3, [])], WindowController(4), DraftConfig())
     cost = CostModel.flat()
     steps = decode(engine.runner.sibling(1, 1), engine.tokenizer(PROMPT).input_ids, GenerationConfig(max_new_tokens=4),
                    engine.eos_ids, drafting, cost)

@@ -32,7 +32,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def server():
-    with ServerProcess([], None, max_batch=8, timeout=180.0) as srv:
+    with ServerProcess(["--always-draft"], None, max_batch=8, timeout=180.0) as srv:
         yield srv
 
 

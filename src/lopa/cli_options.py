@@ -38,6 +38,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-model", default=None, metavar="NAME",
                         help="a smaller model with the same tokenizer drafts chains (catalog name, directory, .gguf; "
                         "'self': the target in --draft-dtype)")
+    parser.add_argument("--always-draft", action="store_true",
+                        help="every drafter proposes at every step (default: plain steps, and dear drafters idle, where measured not to pay)")
     parser.add_argument("--draft-dtype", choices=["int8", "bfloat16", "float32"], default=None,
                         help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged")
 
@@ -51,7 +53,7 @@ def load_engine(args: argparse.Namespace) -> Engine:
 
     draft = DraftConfig(
         lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every,
-        draft_model=args.draft_model, draft_model_dtype=args.draft_dtype,
+        draft_model=args.draft_model, draft_model_dtype=args.draft_dtype, always_draft=args.always_draft,
     )
     dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
     return Engine.from_pretrained(

@@ -75,6 +75,9 @@ class DraftConfig:
     max_depth: int = 8  # k_max: the window can widen up to this depth
     node_budget: int = 32  # most tree nodes (root excluded) per verification forward
     dynamic_window: bool = True
+    # every drafter proposes at every step: no lookahead gate (decode/gate.py: plain steps at batch sizes where
+    # they made more) and no drafter pricing (decode/pricing.py: dear drafters idle where they do not pay)
+    always_draft: bool = False
     use_prompt_lookup: bool = True
     use_ngram_pool: bool = True
     use_predictor: bool = True  # the EAGLE-3 predictor (the shipped one, when it fits the model)

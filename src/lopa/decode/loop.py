@@ -122,8 +122,8 @@ class SequenceDecoder:
         self.proposing_s = {}
         if not drafting or not lookahead:
             return RankedDraft(root)
-        left = self.cfg.max_new_tokens - self.produced
-        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(rate, rows, left), []
+        left, priced = self.cfg.max_new_tokens - self.produced, None if drafting.config.always_draft else rate
+        depth, proposing, proposals = drafting.controller.depth, drafting.pricing.proposing(priced, rows, left), []
         for drafter in drafting.drafters:
             if drafter.source in proposing:
                 start = time.perf_counter()
@@ -166,15 +166,16 @@ class SequenceDecoder:
 
 def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None) -> list[StepRecord | Exception]:
     """Advance seqs (slot i holds seqs[i]) by one verification. `cost` sizes the batch's trees and learns from
-    the forward's time, and its gate (decode/gate.py) decides whether this step drafts at all; None verifies every
-    ranked node (a fixed window).
+    the forward's time, and its gate (decode/gate.py) decides whether this step drafts at all (unless the rows'
+    DraftConfig says always_draft); None verifies every ranked node (a fixed window).
 
     An exception while drafting or verifying fails the whole batch (it propagates); one while a row
     accepts fails only that row (its entry is the exception)."""
     start = time.perf_counter()
     seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
     rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
-    gate = cost.gate if rate is not None and any(seq.drafting for seq in seqs) else None
+    gated = any(seq.drafting is not None and not seq.drafting.config.always_draft for seq in seqs)
+    gate = cost.gate if rate is not None and gated else None
     lookahead = gate is None or gate.lookahead(len(seqs))
     drafts = [seq.draft(rate, len(seqs), lookahead) for seq in seqs]
     sizes: list[int | None] = [None] * len(seqs)
