@@ -89,13 +89,19 @@ def test_stock_twin_shares_weights_without_lopa_modules(engine: Engine, stock) -
         assert torch.equal(twin(ids).logits, stock.model(ids).logits)
 
 
-@pytest.mark.slow
-def test_compiled_runner_matches_eager_runner(engine: Engine) -> None:
-    """torch.compile graphs (trees padded to size buckets) give the eager runner's tokens; node_budget 3
-    keeps the buckets to 1, 2 and 4 so compiling fits the CI time."""
-    compiled = Engine(engine.loaded, DraftConfig(node_budget=3), compile=True)
-    compiled.warm_up()
+@pytest.fixture(scope="module")
+def compiled(engine: Engine) -> Engine:
+    """One inductor-compiled engine for the compiled tests (each graph takes minutes to build on a CPU);
+    node_budget 3 keeps the tree buckets to 1, 2 and 4 so compiling fits the CI time."""
+    compiled = Engine(engine.loaded, DraftConfig(node_budget=3, always_draft=True), compile=True)
     compiled.cost = engine.cost
+    return compiled
+
+
+@pytest.mark.slow
+def test_compiled_runner_matches_eager_runner(engine: Engine, compiled: Engine) -> None:
+    """torch.compile graphs (trees padded to size buckets) give the eager runner's tokens."""
+    compiled.warm_up()
     eager = Runner(engine.model)
     with torch._dynamo.config.patch(error_on_recompile=True):  # warm_up built every graph: new caches,
         for size, seed in ((3, 0), (4, 1)):  # padded trees and other lengths must not compile again
@@ -274,11 +280,9 @@ def test_models_the_fast_path_refuses_keep_stock_modules(tmp_path, caplog) -> No
 
 
 @pytest.mark.slow
-def test_compiled_server_returns_the_eager_answers(engine: Engine) -> None:
+def test_compiled_server_returns_the_eager_answers(engine: Engine, compiled: Engine) -> None:
     """`lopa serve --compile`: the server's batched runner through inductor (warm_up makes the batch size
     dynamic) answers concurrent requests with plain decoding's text."""
-    compiled = Engine(engine.loaded, DraftConfig(node_budget=3, always_draft=True), compile=True, predictor=False)
-    compiled.cost = engine.cost
     compiled.warm_up(rows=4)
     got, want = served_and_plain(compiled, engine, max_tokens=24, timeout=600.0)
     assert [g["choices"][0]["text"] for g in got] == want
