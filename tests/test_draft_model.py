@@ -118,7 +118,7 @@ def test_runner_truncate_refuses_to_grow(pair) -> None:
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(engine: Engine) -> None:
-    drafted = Engine(engine.loaded, DraftConfig(draft_model="other", use_predictor=False, always_draft=True), predictor=False)
+    drafted = Engine(engine.loaded, DraftConfig(draft_model="other", use_predictor=False), predictor=False)
     other = type("OtherTokenizer", (), {"get_vocab": lambda self: {"a": 0}, "__len__": lambda self: 1})()
     with pytest.raises(ModelLoadError, match="tokenizer"):
         drafted.use_draft_model(engine.model, other)
