@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine, GenerationConfig
+from lopa.decode.cost import CostModel
 from lopa.decode.loop import Drafting, decode
 from lopa.decode.window import WindowController
 from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal, default_aux_layers
@@ -265,3 +266,28 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     first = [r.stats.drafters["predictor"] for r in results]  # depth-1 top-1: one trial per verification step
     assert all(f["depth1_trials"] == r.stats.forwards for f, r in zip(first, results))
     assert sum(f["depth1_hits"] for f in first) > 0.5 * sum(f["depth1_trials"] for f in first)  # overfit on these
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_predictor_expands_only_what_verification_keeps(model, trained, seed) -> None:
+    """Each level of the predictor's tree past the first costs a predictor forward. Where the cost model verifies
+    none of its nodes (every extra node priced out) the drafter learns the trees' cutoff and stops expanding most
+    steps; where verification is free it keeps expanding; the answer is plain greedy's either way."""
+    prompt = torch.randint(2, 32, (6,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+    def expansions_per_step(cost: CostModel) -> float:
+        drafter = PredictorDrafter(trained[0])
+        runner = Runner(model)
+        runner.hidden_layers = drafter.hidden_layers
+        drafting = Drafting([drafter], WindowController(4), DraftConfig(always_draft=True))
+        with patch.object(PredictorCache, "run", autospec=True, side_effect=PredictorCache.run) as run:
+            records = list(decode(runner, prompt, GenerationConfig(max_new_tokens=32), set(), drafting, cost))
+        assert [t for r in records for t in r.tokens] == greedy(model, prompt, 32)
+        steps = len(records) - 1  # the first token came from the prefill; each step runs one predictor commit
+        return (run.call_count - steps) / steps
+
+    free = expansions_per_step(CostModel.flat())
+    priced_out = expansions_per_step(CostModel({1: {1: 1.0, 2: 100.0, 64: 100.0}}))
+    assert free >= 2.0, free  # WindowController(4): up to 3 levels past the first
+    # a fixed floor (the cutoff never learned) expanded 0.8-1.1x as often priced out as free on these prompts
+    assert priced_out <= 0.6 * free, (priced_out, free)

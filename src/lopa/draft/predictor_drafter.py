@@ -6,9 +6,12 @@ the new root. Drafting then grows a tree depth by depth: the `top_k` nodes of th
 highest path confidence are expanded in one batched predictor forward (their rows attend to the
 committed rows and to their own ancestors in the predictor's cache), each adding its `top_k` likeliest
 children. A node's confidence is its predictor probability calibrated online (`calibration_rates`: the
-acceptance actually seen per probability bin in this request), its path confidence the product along its path. Nodes
-whose path confidence is below `min_path_prob` are not expanded (a tree node that unlikely never pays
-for its row in the verification forward), so an unsure predictor stops early and costs less. At the
+acceptance actually seen per probability bin in this request), its path confidence the product along its path. A node
+is expanded only while its path confidence reaches what the verified trees have lately kept of this drafter's
+nodes (`min_path_prob` until a tree was verified): a child never scores above its parent, so a parent below that
+cutoff has no child the cost model (decode/cost.py) would verify, and each level expanded is a predictor
+forward (~2.5 ms on the 2-core CPU, against a ~50 ms target forward). As trees shrink (a busier batch, a forward
+that costs more) the drafter expands less, and an unsure predictor stops early. At the
 end all drafted nodes are reranked by path confidence and the best `max_nodes` go out as root-to-leaf
 Proposals with their calibrated confidences; tree.py merges them with the other drafters' proposals.
 
@@ -43,6 +46,18 @@ class _Node:
     feature: torch.Tensor | None = None  # the parent row's output feature: this node's row input
 
 
+@dataclass
+class _Path:
+    """A proposed root-to-leaf path, as _learn reads it back after verification."""
+
+    tokens: list[int]
+    bins: list[int]  # each token's probability bin
+    scores: list[float]  # each node's path score
+
+
+CUTOFF_SMOOTHING = 0.3  # weight of the newest step in the expansion cutoff
+
+
 class PredictorDrafter:
     source = "predictor"
 
@@ -59,11 +74,12 @@ class PredictorDrafter:
         self.top_k = top_k
         self.max_depth = max_depth
         self.max_nodes = max_nodes
-        self.min_path_prob = min_path_prob  # expand no deeper once the best frontier path is this unlikely
+        self.min_path_prob = min_path_prob  # the expansion cutoff before any tree was verified
+        self.cutoff = _log(min_path_prob)  # log path confidence the verified trees kept lately (see _learn)
         # per request unless given: rates shared across requests would make a seeded sampled answer depend on
         # the requests before it (the tree, hence the random draws of acceptance, would differ)
         self.rates = rates or calibration_rates()
-        self.last: list[tuple[list[int], list[int]]] = []  # the last proposals: tokens and their probability bins
+        self.last: list[_Path] = []  # the last proposals: tokens, probability bins and path scores
         self.cache = PredictorCache()
         self.prefill: torch.Tensor | None = None
         self.root: tuple[torch.Tensor, torch.Tensor] | None = None  # (draft logits, feature) after the tree root
@@ -83,6 +99,7 @@ class PredictorDrafter:
         self.prefill = self.root = self.first = None
         self.first_hits = self.first_trials = 0
         self.pending = []
+        self.cutoff = _log(self.min_path_prob)
 
     def observe_prefill(self, layers: torch.Tensor) -> None:
         self.prefill = layers  # run at the first propose, when the first token (the root) is known
@@ -98,15 +115,24 @@ class PredictorDrafter:
         self.pending.append((feedback.new_tokens, feedback.layers[feedback.accepted_nodes]))
 
     def _learn(self, feedback: StepFeedback) -> None:
-        """Score each proposed token that reached the tree and whose parent the target accepted, in its bin."""
+        """Score each proposed token that reached the tree and whose parent the target accepted, in its bin; and
+        move the expansion cutoff towards the lowest path score the tree verified (none verified: above the best
+        one proposed)."""
         tree, kept, seen = feedback.tree, set(feedback.accepted_nodes), set()
-        for tokens, bins in self.last:
-            for node, key in zip(tree.find_path(tokens)[1:], bins):
+        verified, best = [], -math.inf
+        for path in self.last:
+            reached = tree.find_path(path.tokens)[1:]
+            verified += path.scores[: len(reached)]
+            best = max(best, path.scores[0])
+            for node, key in zip(reached, path.bins):
                 if tree.parents[node] not in kept:
                     break
                 if node not in seen:
                     seen.add(node)
                     self.rates.record(key, node in kept)
+        if self.last:
+            observed = min(verified) if verified else best
+            self.cutoff = observed if self.cutoff == -math.inf else self.cutoff + CUTOFF_SMOOTHING * (observed - self.cutoff)
         self.last = []
 
     def summary(self) -> dict:
@@ -158,9 +184,9 @@ class PredictorDrafter:
         nodes: list[_Node] = []
         logits, feature = self.root
         frontier = self._children(-1, logits, feature, nodes)
-        floor = math.log(self.min_path_prob) if self.min_path_prob > 0 else -math.inf
         for level in range(1, depth):
-            expand = [i for i in sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k] if nodes[i].score >= floor]
+            best = sorted(frontier, key=lambda i: -nodes[i].score)[: self.top_k]
+            expand = [i for i in best if nodes[i].score >= self.cutoff]
             if not expand:  # deeper nodes could not pay for their rows: stop drafting early
                 break
             drafted, t = self.cache.drafted, len(expand)
@@ -194,11 +220,15 @@ class PredictorDrafter:
                 i = nodes[i].parent
             path.reverse()
             proposals.append(Proposal([n.token for n in path], [n.conf for n in path], self.source))
-            self.last.append(([n.token for n in path], [_bin(n.prob) for n in path]))
+            self.last.append(_Path([n.token for n in path], [_bin(n.prob) for n in path], [n.score for n in path]))
         return proposals
 
 
 BINS = 10
+
+
+def _log(prob: float) -> float:
+    return math.log(prob) if prob > 0 else -math.inf
 
 
 def _bin(prob: float) -> int:
