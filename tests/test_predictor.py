@@ -268,6 +268,19 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     assert sum(f["depth1_hits"] for f in first) > 0.5 * sum(f["depth1_trials"] for f in first)  # overfit on these
 
 
+def test_profiling_runs_the_predictor_at_every_row_count_a_drafting_step_does(engine) -> None:
+    """Its kernels are built at load (Engine.profile), not inside the first request's timed steps: one forward of
+    each count up to a level's frontier (top_k) and the most tokens a step commits (max_depth + 1)."""
+    rows: list[int] = []
+    handle, cost = engine.predictor.register_forward_hook(lambda module, args, out: rows.append(args[1].shape[1])), engine.cost
+    try:
+        engine.profile(max_rows=1)
+    finally:
+        handle.remove()
+        engine.cost = cost  # the session's engine keeps what its cost model learned
+    assert rows == list(range(1, max(engine.draft.top_k_per_depth, engine.draft.max_depth + 1) + 1))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_predictor_expands_only_what_verification_keeps(model, trained, seed) -> None:
     """Each level of the predictor's tree past the first costs a predictor forward. Where the cost model verifies

@@ -21,6 +21,7 @@ from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode, kv_rows,
 from .decode.pricing import DrafterPrice
 from .decode.sampling import TokenLogprob
 from .decode.window import WindowController
+from .draft.predictor import warm_up as warm_up_predictor
 from .draft.predictor_io import PredictorSpec, predictor_for
 from .draft.registry import new_drafters
 from .errors import InvalidRequestError, ModelLoadError
@@ -182,10 +183,13 @@ class Engine:
         return self
 
     def profile(self, max_rows: int = 16) -> CostModel:
-        """Build the compiled graphs (with compile) and load this hardware's latency surface (forwards of 1 to
-        `max_rows` sequences x tree sizes) from the cache, measuring the cells it lacks: once per model,
-        precision, device and thread count (the README states what that costs). The cost model sizes trees."""
+        """Build the compiled graphs (with compile) and the predictor's kernels, and load this hardware's latency
+        surface (forwards of 1 to `max_rows` sequences x tree sizes) from the cache, measuring the cells it lacks:
+        once per model, precision, device and thread count (the README states what that costs). The cost model
+        sizes trees."""
         self.warm_up(rows=max_rows)
+        if self.predictor is not None:
+            warm_up_predictor(self.predictor, max(self.draft.top_k_per_depth, self.draft.max_depth + 1))
         compiled = self.runner.compiled is not None
         sizes = buckets_up_to(self.draft.node_budget + 1) if compiled else TREE_SIZES
         surface = load_or_measure_surface(self.runner, self.loaded.fingerprint, max_rows, sizes)

@@ -229,6 +229,19 @@ class PredictorCache:
         self.kv = TreeKVCache.over([(keys, values)], n)
 
 
+@torch.no_grad()
+def warm_up(predictor: Eagle3Predictor, rows: int) -> None:
+    """Run the predictor once at every row count up to `rows` (the forwards a drafting step makes: a level's
+    frontier, the tokens a step committed). On the CPU oneDNN builds a kernel per input shape on first use, which
+    made each count's first forward ~6.5 ms against ~2.5 ms after; inside the first request's steps that made
+    lookahead look slower than plain decoding, and the lookahead gate (decode/gate.py) decoded the next requests
+    plainly (docs/bench/warm-up)."""
+    device = predictor.fc.weight.device
+    for n in range(1, rows + 1):
+        features = predictor.fuse(torch.zeros(n, predictor.fc.in_features, device=device))
+        PredictorCache(capacity=n).run(predictor, features, torch.zeros(n, dtype=torch.long), torch.arange(n) + 1, causal(n))
+
+
 def causal(n: int) -> torch.Tensor:
     """The [n, n] ancestor matrix of a chain (diagonal included)."""
     return torch.ones(n, n, dtype=torch.bool).tril_()
