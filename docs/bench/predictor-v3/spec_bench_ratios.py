@@ -1,15 +1,17 @@
-"""Per-prompt tokens/s ratios from spec-bench/results.json: lopa over ar and over lopa-ngram (medians), and lopa over
-ar per category (medians).
+"""Per-prompt tokens/s ratios from a `lopa bench` results.json (default: spec-bench/results.json beside this script):
+lopa over ar and over lopa-ngram (medians), and lopa over ar per category (medians).
 
-    python docs/bench/predictor-v3/spec_bench_ratios.py
+    python docs/bench/predictor-v3/spec_bench_ratios.py [RESULTS_JSON]
 """
 
 import collections
 import json
 import statistics
+import sys
 from pathlib import Path
 
-results = json.loads((Path(__file__).parent / "spec-bench" / "results.json").read_text())
+default = Path(__file__).parent / "spec-bench" / "results.json"
+results = json.loads(Path(sys.argv[1] if len(sys.argv) > 1 else default).read_text())
 by_category, vs_ngram, vs_ar = collections.defaultdict(list), [], []
 for prompt in results["prompts"]:
     rate = {method: run["tokens_per_s"] for method, run in prompt["runs"].items()}
