@@ -3,14 +3,22 @@ of it as the reference, and a tiny random Llama for statistics."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine
+from lopa.models.loading import LoadedModel, load_model, resolve_model_dir
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: N workers share the cores, one thread each (and their servers)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+
+PROFILE_ROWS = 4  # the latency profile's batch rows the tests measure (larger batches: the cost model extrapolates)
 TIE = 1e-4  # a greedy divergence is allowed only where the reference's top-2 logits are this close
 
 
@@ -18,7 +26,18 @@ TIE = 1e-4  # a greedy divergence is allowed only where the reference's top-2 lo
 def engine() -> Engine:
     """The default model, drafting at every step: tests assert what drafts do, and where the lookahead gate
     would decode plainly depends on measured times (tests/test_gate.py tests the gate)."""
-    return Engine.from_pretrained(draft=DraftConfig(always_draft=True))
+    engine = Engine.from_pretrained(draft=DraftConfig(always_draft=True), profile=False)
+    engine.profile(max_rows=PROFILE_ROWS)
+    return engine
+
+
+@pytest.fixture(scope="session")
+def defaults(engine: Engine) -> Engine:
+    """The default model with lopa's real defaults (lookahead gate, drafter pricing, dynamic window), sharing the
+    session engine's weights and its latency profile (from the cache)."""
+    defaults = Engine(engine.loaded)
+    defaults.profile(max_rows=PROFILE_ROWS)
+    return defaults
 
 
 @dataclass
@@ -74,7 +93,7 @@ def stock(engine: Engine) -> StockReference:
     return StockReference.of(engine)
 
 
-def tiny_llama(vocab: int = 32, seed: int = 0) -> LlamaForCausalLM:
+def tiny_llama(vocab: int = 32, seed: int = 0, context: int = 256) -> LlamaForCausalLM:
     """A 2-layer random Llama with a small vocabulary: fast enough for thousands of samples."""
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -84,7 +103,7 @@ def tiny_llama(vocab: int = 32, seed: int = 0) -> LlamaForCausalLM:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=context,
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=1,
@@ -93,3 +112,19 @@ def tiny_llama(vocab: int = 32, seed: int = 0) -> LlamaForCausalLM:
     with torch.no_grad():  # sharpen the output so sampling has structure to get right
         model.lm_head.weight.mul_(40.0)
     return model
+
+
+def saved_tiny_llama(path: Path, vocab: int | None = None) -> LoadedModel:
+    """A 4-layer random Llama saved with the default model's tokenizer and loaded as lopa loads models (its kernels
+    included); a large init gives peaked logits. `vocab`: only the first ids (None: the tokenizer's whole vocabulary,
+    so text prompts work)."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(None)[1])
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab or len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+        initializer_range=0.4, eos_token_id=2, bos_token_id=1, pad_token_id=2,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return load_model(str(path))

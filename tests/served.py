@@ -17,6 +17,6 @@ def served_and_plain(serving: Engine, reference: Engine, max_tokens: int, timeou
 
     want = [reference.generate(p, max_new_tokens=max_tokens, chat=False, method="ar").text for p in PROMPTS]
     app = create_app(serving, ServeOptions(max_batch=4, timeout=timeout))
-    with TestClient(app) as client, ThreadPoolExecutor(len(PROMPTS)) as pool:
+    with TestClient(app, base_url="http://localhost") as client, ThreadPoolExecutor(len(PROMPTS)) as pool:
         body = lambda p: client.post("/v1/completions", json={"prompt": p, "max_tokens": max_tokens}).json()  # noqa: E731
         return list(pool.map(body, PROMPTS)), want

@@ -56,7 +56,10 @@ def test_cli_end_to_end_writes_valid_results(tiny_data, tmp_path, no_llamacpp, c
     assert results["aggregate"]["hf"]["overall"]["speedup_median"] == pytest.approx(1.0)
     lopa = results["aggregate"]["lopa"]["overall"]
     assert 0 < lopa["draft_share_median"] < 1 and 0 < lopa["verify_share_median"] < 1  # where a lopa step's time goes
-    assert 0 <= lopa["predictor_depth1_accept"] <= 1  # the shipped predictor drafts by default
+    runs = [prompt["runs"]["lopa"] for prompt in results["prompts"]]
+    hits, trials = sum(r["predictor_depth1_hits"] for r in runs), sum(r["predictor_depth1_trials"] for r in runs)
+    assert trials > 0 and hits <= trials  # the shipped predictor drafts by default
+    assert lopa["predictor_depth1_accept"] == pytest.approx(hits / trials)
     assert results["aggregate"]["hf"]["overall"]["predictor_depth1_accept"] is None
     assert set(results["aggregate"]["lopa"]["by_category"]) == {"writing", "coding"}
     report = (out / "report.md").read_text()

@@ -91,3 +91,39 @@ def test_qwen_entries(name: str, dist: str, count: int, size: int) -> None:
     assert sum(p.size for p in entry.parts) == entry.size == size
     assert [p.member for p in entry.parts] == [f"{dist}_part{n}/data/part{n:02d}.bin" for n in range(1, count + 1)]
     assert all(len(p.sha256) == 64 for p in entry.parts) and len(entry.sha256) == 64
+
+
+def test_full_precision_gguf_keeps_every_key_and_dequantizes_every_tensor(tmp_path: Path, monkeypatch) -> None:
+    """What llama.cpp's same-precision comparison runs: the quantized file's weights in f32 (bf16 matrices)."""
+    import gguf
+    import numpy as np
+
+    from lopa.models.gguf_precision import full_precision_gguf
+
+    monkeypatch.setenv("LOPA_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "tiny.Q8_0.gguf"
+    weights = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    writer = gguf.GGUFWriter(source, "llama")
+    writer.add_block_count(1)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    writer.add_token_list(["a", "b", "c"])
+    writer.add_tensor("blk.0.attn_q.weight", gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0),
+                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    quantized = gguf.quants.dequantize(gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+    for precision, matrix_type in (("f32", gguf.GGMLQuantizationType.F32), ("bf16", gguf.GGMLQuantizationType.BF16)):
+        out = full_precision_gguf(source, precision)
+        assert full_precision_gguf(source, precision) == out  # written once
+        reader = gguf.GGUFReader(out)
+        assert reader.get_field("llama.block_count").contents() == 1
+        assert reader.get_field("tokenizer.ggml.tokens").contents() == ["a", "b", "c"]
+        assert reader.get_field("general.file_type").contents() == (0 if precision == "f32" else 32)
+        tensors = {t.name: t for t in reader.tensors}
+        q = tensors["blk.0.attn_q.weight"]
+        assert q.tensor_type == matrix_type and tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+        got = gguf.quants.dequantize(q.data, q.tensor_type)
+        assert np.array_equal(got, quantized) if precision == "f32" else np.allclose(got, quantized, rtol=1e-2, atol=1e-2)

@@ -30,7 +30,7 @@ def test_a_short_request_is_prefilled_between_the_chunks_of_a_long_one(engine):
     assert len(long_ids) > 10 * 64
     want_long = engine.generate(LONG, max_new_tokens=8, chat=False).text
     want_short = engine.generate(SHORT, max_new_tokens=8, chat=False).text
-    with TestClient(app) as client, ThreadPoolExecutor(2) as pool:
+    with TestClient(app, base_url="http://localhost") as client, ThreadPoolExecutor(2) as pool:
         long = pool.submit(client.post, "/v1/completions", json={"prompt": LONG, "max_tokens": 8})
         deadline = time.monotonic() + 60
         while not calls and time.monotonic() < deadline:  # the long prompt's first chunk is in

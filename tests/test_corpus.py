@@ -13,8 +13,8 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from lopa.train.corpus import CorpusSettings, build_corpus, chat_ids, load_corpus
-from lopa.train.generate import cut_at_eos
+from lopa import Engine
+from lopa.train.corpus import CorpusSettings, build_corpus, load_corpus
 from lopa.train.sources import read_mo
 
 from .conftest import tiny_llama
@@ -62,17 +62,18 @@ def locale(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def setup():
+    """lopa's engine over a tiny random Llama with a character tokenizer; `calls` records each batch's size."""
     tok = char_tokenizer()
-    model = tiny_llama(vocab=len(tok))
+    engine = Engine.from_model(tiny_llama(vocab=len(tok), context=4096), tok, profile=False)
     calls = []
-    stock = model.generate
+    batched = engine.generate_many
 
-    def counted(*args, **kwargs):
-        calls.append(kwargs.get("input_ids", args[0] if args else None).shape[0])
-        return stock(*args, **kwargs)
+    def counted(prompts, *args, **kwargs):
+        calls.append(len(prompts))
+        return batched(prompts, *args, **kwargs)
 
-    model.generate = counted
-    return model, tok, calls
+    engine.generate_many = counted
+    return engine, tok, calls
 
 
 def test_read_mo(locale):
@@ -81,18 +82,18 @@ def test_read_mo(locale):
 
 
 def test_build_resume_and_load(tmp_path, setup, locale):
-    model, tok, calls = setup
+    engine, tok, calls = setup
     out = tmp_path / "corpus"
-    first = build_corpus(out, model, tok, SETTINGS, chunks=1, locale_root=locale)
-    assert first["chunks_made"] == 1 and first["chunks_total"] >= 3
+    first = build_corpus(out, engine, SETTINGS, chunks=1, locale_root=locale)
+    assert first["chunks_made"] == 1 and first["chunks_total"] >= 3 and first["answer_tokens_per_s"] > 0
     chunk0 = (out / "chunk-00000.npz").stat().st_mtime_ns
     calls.clear()
-    second = build_corpus(out, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    second = build_corpus(out, engine, SETTINGS, chunks=2, locale_root=locale)
     assert second["chunks_made"] == 1 and (out / "chunk-00000.npz").stat().st_mtime_ns == chunk0
-    assert calls and all(n == SETTINGS.batch for n in calls)  # no self-instruct rerun, no chunk 0 redone, full batches
+    assert calls == [SETTINGS.chunk_size]  # no self-instruct rerun, no chunk 0 redone: one chunk decoded together
 
     fresh = tmp_path / "fresh"
-    build_corpus(fresh, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    build_corpus(fresh, engine, SETTINGS, chunks=2, locale_root=locale)
     for name in ("chunk-00000.npz", "chunk-00001.npz"):
         with np.load(out / name) as a, np.load(fresh / name) as b:
             assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
@@ -103,28 +104,32 @@ def test_build_resume_and_load(tmp_path, setup, locale):
     corpus = load_corpus(out)
     assert len(corpus) == 2 * SETTINGS.chunk_size
     assert {meta["mode"] for _, _, meta in corpus} == {"greedy", "sampled"}
-    for prompt_ids, answer_ids, meta in corpus:
+    assert {meta["producer"] for _, _, meta in corpus} == {"lopa-engine float32 cpu"}
+    for prompt_ids, answer_ids, meta in corpus[:: SETTINGS.chunk_size // 4]:  # a few of each mode
         text = prompts[meta["prompt"]]["text"]
-        assert prompt_ids == chat_ids(tok, text) and meta["prompt"] == meta["chunk"] * SETTINGS.chunk_size + meta["index"]
+        assert prompt_ids == engine.encode_prompt(text) and meta["prompt"] == meta["chunk"] * SETTINGS.chunk_size + meta["index"]
         assert (meta["prompt_tokens"], meta["answer_tokens"]) == (len(prompt_ids), len(answer_ids)) and answer_ids
-        if meta["mode"] == "greedy":  # the model's own greedy continuation, as if generated alone
-            alone = model.generate(torch.tensor([prompt_ids]), max_new_tokens=SETTINGS.max_new_tokens, do_sample=False)
-            assert answer_ids == cut_at_eos(alone[0, len(prompt_ids):].tolist(), {1})
+        # what plain decoding of the same model gives that prompt alone, greedy or with the sequence's seed
+        sampling = {} if meta["mode"] == "greedy" else {"temperature": SETTINGS.temperature, "top_p": SETTINGS.top_p}
+        alone = engine.generate(prompt_ids, max_new_tokens=SETTINGS.max_new_tokens, method="ar", seed=meta["seed"], **sampling)
+        assert answer_ids == alone.token_ids
 
 
 def test_other_settings_refused(tmp_path, setup, locale):
-    model, tok, _ = setup
-    build_corpus(tmp_path, model, tok, SETTINGS, chunks=1, locale_root=locale)
+    engine, _, _ = setup
+    build_corpus(tmp_path, engine, SETTINGS, chunks=1, locale_root=locale)
     with pytest.raises(ValueError, match="other settings"):
-        build_corpus(tmp_path, model, tok, CorpusSettings(**{**SETTINGS.__dict__, "batch": 8}), locale_root=locale)
+        build_corpus(tmp_path, engine, CorpusSettings(**{**SETTINGS.__dict__, "max_new_tokens": 12}), locale_root=locale)
+    wider = CorpusSettings(**{**SETTINGS.__dict__, "batch": 8})  # how fast, not what: a resume may change it
+    assert build_corpus(tmp_path, engine, wider, chunks=1, locale_root=locale)["chunks_made"] == 0
 
 
 def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):
-    model, tok, _ = setup
-    build_corpus(tmp_path, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    engine, _, _ = setup
+    build_corpus(tmp_path, engine, SETTINGS, chunks=2, locale_root=locale)
     whole = (tmp_path / "manifest.jsonl").read_text()
     (tmp_path / "manifest.jsonl").write_text(whole[: len(whole) // 2 + 7])  # a stop in the middle of a write
-    build_corpus(tmp_path, model, tok, SETTINGS, chunks=2, locale_root=locale)
+    build_corpus(tmp_path, engine, SETTINGS, chunks=2, locale_root=locale)
     assert (tmp_path / "manifest.jsonl").read_text() == whole
 
 
@@ -135,10 +140,10 @@ def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
     from lopa.draft.predictor_io import load_predictor
 
     tok, model_dir, corpus, out = char_tokenizer(), tmp_path / "model", tmp_path / "corpus", tmp_path / "predictor"
-    model = tiny_llama(vocab=len(tok))
+    model = tiny_llama(vocab=len(tok), context=4096)
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    build_corpus(corpus, model, tok, SETTINGS, chunks=1, locale_root=locale)
+    build_corpus(corpus, Engine.from_model(model, tok, profile=False), SETTINGS, chunks=1, locale_root=locale)
     argv = ["train-heads", "--corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "--epochs", "2",
             "--draft-vocab", "16", "--intermediate-size", "32", "--held-out", "2", "--features-dir", str(tmp_path / "features")]
     assert main(argv) == 0

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lopa import DraftConfig, Engine, GenerationConfig
-from lopa.decode.loop import Drafting, decode
+from lopa.decode.loop import Drafting, SequenceDecoder, decode
 from lopa.decode.window import WindowController
 from lopa.draft.draft_model import DraftModelDrafter
 from lopa.errors import ModelLoadError
@@ -43,7 +43,7 @@ def run(model, drafter: DraftModelDrafter | None, new_tokens: int = 40, **cfg) -
     if drafter is not None:
         drafting = Drafting([drafter], WindowController(6), DraftConfig(tau=0.01))
     config = GenerationConfig(max_new_tokens=new_tokens, **cfg)
-    return list(decode(Runner(model), PROMPT, config, set(), drafting))
+    return list(decode(Runner(model), SequenceDecoder(PROMPT, config, set(), drafting)))
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +61,18 @@ def test_greedy_with_a_draft_model_equals_plain(pair) -> None:
         assert [t for r in records for t in r.tokens] == want
         assert sum(r.accepted for r in records) >= 8, "drafts were hardly accepted: the test would prove nothing"
         assert any(r.sources.count("draft") for r in records)
+
+
+def test_seeded_sampling_with_a_draft_model_equals_plain(pair) -> None:
+    """The noisy draft proposes its chain and runner-ups; seeded sampling emits plain decoding's tokens."""
+    target, draft = pair
+    accepted = 0
+    for seed in range(20):
+        cfg = {"temperature": 0.8, "top_p": 0.95, "seed": seed}
+        records = run(target, DraftModelDrafter(Runner(draft), depth=3, alternatives=2, stop_below=0.0), **cfg)
+        assert [t for r in records for t in r.tokens] == [t for r in run(target, None, **cfg) for t in r.tokens]
+        accepted += sum(r.accepted for r in records)
+    assert accepted >= 40, "the draft model's tokens were hardly ever accepted: the test would prove nothing"
 
 
 def test_perfect_draft_grows_its_chain_and_feeds_only_unseen_tokens(pair) -> None:

@@ -90,7 +90,9 @@ def test_cli_json_output_has_the_documented_fields() -> None:
     data = json.loads(done.stdout)
     assert isinstance(data["text"], str) and data["text"]
     assert len(data["token_ids"]) == data["stats"]["new_tokens"] <= 16
-    assert data["stats"]["forwards"] >= 1
+    assert 1 <= data["stats"]["forwards"] <= data["stats"]["new_tokens"]  # one forward per step, each emits >= 1 token
+    assert data["stats"]["forwards"] == len(data["stats"]["steps"]) - 1  # the first step's token came from the prefill
+    assert data["seed"] is None  # greedy
     assert data["stats"]["tokens_per_forward"] == pytest.approx(data["stats"]["new_tokens"] / (data["stats"]["forwards"] + 1))
     assert data["stats"]["wall_s"] > 0
 

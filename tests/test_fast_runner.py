@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lopa import Engine
@@ -13,11 +14,13 @@ from lopa.cli import main
 from lopa.config import DraftConfig
 from lopa.models.attention import TREE_ATTENTION, tree_attention
 from lopa.models.compiled import compile_model
-from lopa.models.fastkernels import stock_twin
+from lopa.models.fastkernels import stock_twin, use_fast_kernels
 from lopa.models.fastlinear import PackedLinear
+from lopa.models.loading import LoadedModel
 from lopa.models.quantize import Int8Linear
 from lopa.models.runner import Runner
 
+from .conftest import saved_tiny_llama
 from .served import served_and_plain
 from .test_runner import random_tree
 
@@ -90,48 +93,77 @@ def test_stock_twin_shares_weights_without_lopa_modules(engine: Engine, stock) -
 
 
 @pytest.fixture(scope="module")
-def compiled(engine: Engine) -> Engine:
-    """One inductor-compiled engine for the compiled tests (each graph takes minutes to build on a CPU);
-    node_budget 3 keeps the tree buckets to 1, 2 and 4 so compiling fits the CI time."""
-    compiled = Engine(engine.loaded, DraftConfig(node_budget=3, always_draft=True), compile=True)
-    compiled.cost = engine.cost
+def tiny(tmp_path_factory) -> LoadedModel:
+    """A 4-layer random Llama with the default model's whole vocabulary: the compiled tests' model (inductor builds
+    its graphs in seconds; the real model's take minutes each on a CPU)."""
+    return saved_tiny_llama(tmp_path_factory.mktemp("tiny-compiled"))
+
+
+@pytest.fixture(scope="module")
+def compiled(tiny: LoadedModel) -> Engine:
+    """One inductor-compiled engine over the tiny model; node_budget 3 keeps the tree buckets to 1, 2 and 4. The
+    model itself (eager, fp32) drafts too, so drafted trees are accepted whatever the random weights say."""
+    compiled = Engine(tiny, DraftConfig(node_budget=3, always_draft=True, draft_model="self"), compile=True, predictor=False)
+    compiled.use_draft_model(tiny.model, tiny.tokenizer)
     return compiled
 
 
+@pytest.fixture(scope="module")
+def eager(tiny: LoadedModel) -> Engine:
+    return Engine(tiny, DraftConfig(node_budget=3, always_draft=True), predictor=False)
+
+
 @pytest.mark.slow
-def test_compiled_runner_matches_eager_runner(engine: Engine, compiled: Engine) -> None:
-    """torch.compile graphs (trees padded to size buckets) give the eager runner's tokens."""
+def test_compiled_runner_matches_eager_runner(eager: Engine, compiled: Engine) -> None:
+    """torch.compile graphs (trees padded to size buckets) give the eager runner's logits and tokens."""
     compiled.warm_up()
-    eager = Runner(engine.model)
     with torch._dynamo.config.patch(error_on_recompile=True):  # warm_up built every graph: new caches,
         for size, seed in ((3, 0), (4, 1)):  # padded trees and other lengths must not compile again
             tree = random_tree(7, size, 1000, seed)
             outputs = []
-            for runner in (eager, compiled.runner):
+            for runner in (Runner(eager.model), compiled.runner):
                 runner.prefill(0, torch.arange(10, 40), 0)
                 outputs.append(runner.verify([tree.tensors()])[0])
             torch.testing.assert_close(outputs[1].logits, outputs[0].logits, rtol=1e-3, atol=1e-3)
             assert outputs[1].logits.shape[0] == size
         for prompt in PROMPTS:
-            want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
+            want = eager.generate(prompt, max_new_tokens=40, method="ar").token_ids
             assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+            lopa = compiled.generate(prompt, max_new_tokens=40, temperature=0.8, seed=5)  # seeded: plain's tokens
+            assert lopa.token_ids == eager.generate(prompt, max_new_tokens=40, temperature=0.8, seed=5, method="ar").token_ids
             assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
 
 
 @pytest.mark.slow
-def test_compiled_static_cache_matches_eager(engine: Engine) -> None:
+def test_compiled_static_cache_matches_eager(tiny: LoadedModel, eager: Engine) -> None:
     """What --compile runs on CUDA (a static cache, fixed shapes), here through inductor on the CPU
     without the CUDA-graph replay: same tokens as plain decoding, nothing compiled after warm_up."""
-    compiled = Engine(engine.loaded, DraftConfig(node_budget=3))
-    compiled.runner = Runner(engine.model, 1, 512, compiled=compile_model(engine.model), static=True)
-    compiled.runner.hidden_layers = engine.runner.hidden_layers  # what the shipped predictor drafts from
-    compiled.cost = engine.cost
-    compiled.warm_up()
+    static = Engine(tiny, DraftConfig(node_budget=3, always_draft=True), predictor=False)
+    static.runner = Runner(tiny.model, 1, 512, compiled=compile_model(tiny.model), static=True)
+    static.warm_up()
     with torch._dynamo.config.patch(error_on_recompile=True):
         for prompt in PROMPTS:
-            want = engine.generate(prompt, max_new_tokens=40, method="ar").token_ids
-            assert compiled.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
-            assert compiled.generate(prompt, max_new_tokens=40).token_ids == want
+            want = eager.generate(prompt, max_new_tokens=40, method="ar").token_ids
+            assert static.generate(prompt, max_new_tokens=40, method="ar").token_ids == want
+            assert static.generate(prompt, max_new_tokens=40).token_ids == want
+
+
+@pytest.mark.slow
+def test_the_real_architecture_compiles_and_decodes_losslessly(engine: Engine) -> None:
+    """One check on SmolLM2 itself: its configuration and weights (grouped KV, tied embeddings, the 49,152-token
+    vocabulary, lopa's kernels) cut to its first 2 of 30 layers, so inductor builds the graphs in about a minute
+    (the whole model's take ~13 min on this CPU; `lopa profile --compile` compiles it for real). The compiled
+    runner gives plain decoding's tokens, greedy and seeded."""
+    config = AutoConfig.from_pretrained(engine.loaded.path, num_hidden_layers=2)
+    model = AutoModelForCausalLM.from_pretrained(engine.loaded.path, config=config, dtype=torch.float32, attn_implementation="sdpa")
+    use_fast_kernels(model.eval().requires_grad_(False))
+    cut = LoadedModel(model, engine.tokenizer, "smollm2-2-layers", engine.loaded.path, 0.0)
+    eager = Engine(cut, DraftConfig(node_budget=3, always_draft=True), predictor=False)
+    real = Engine(cut, DraftConfig(node_budget=3, always_draft=True), compile=True, predictor=False)
+    real.warm_up()
+    for sampling in ({}, {"temperature": 0.8, "seed": 2}):
+        want = eager.generate(PROMPTS[1], max_new_tokens=24, method="ar", **sampling).token_ids
+        assert real.generate(PROMPTS[1], max_new_tokens=24, **sampling).token_ids == want
 
 
 def test_int8_plain_equals_int8_lopa(int8_engine: Engine) -> None:
@@ -213,7 +245,7 @@ def test_chunked_engine_generates_the_same_tokens(engine: Engine) -> None:
 
 def test_profile_writes_valid_json(tmp_path, monkeypatch) -> None:
     out = tmp_path / "prof"
-    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--out", str(out), "--no-cache", "--no-predictor",
+    code = main(["profile", "--sizes", "1,2", "--prefixes", "16", "--reps", "1", "--max-rows", "2", "--out", str(out), "--no-cache", "--no-predictor",
                  "--decode-tokens", "24", "--breakdown-sizes", "1,4", "--breakdown-prefixes", "16,64"])
     assert code == 0
     data = json.loads((out / "profile.json").read_text())
@@ -260,14 +292,7 @@ def test_fast_runner_equals_stock_runner_on_trees(engine: Engine) -> None:
 def test_models_the_fast_path_refuses_keep_stock_modules(tmp_path, caplog) -> None:
     """fp16 on a CPU has no packed path and eager attention is not SDPA: each keeps its stock module with
     a one-line notice, and lookahead on what remains still equals plain decoding."""
-    from transformers import AutoModelForCausalLM
-
-    from lopa.models.fastkernels import use_fast_kernels
-    from lopa.models.loading import LoadedModel
-
-    from .test_train_predictor import _tiny_llama
-
-    tiny = _tiny_llama(tmp_path / "tiny", 96)
+    tiny = saved_tiny_llama(tmp_path / "tiny", 96)
     assert tiny.model.lopa_kernels == ("packed-linear", TREE_ATTENTION)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny", dtype=torch.float16, attn_implementation="eager")
     with caplog.at_level("INFO", logger="lopa"):
@@ -280,10 +305,10 @@ def test_models_the_fast_path_refuses_keep_stock_modules(tmp_path, caplog) -> No
 
 
 @pytest.mark.slow
-def test_compiled_server_returns_the_eager_answers(engine: Engine, compiled: Engine) -> None:
+def test_compiled_server_returns_the_eager_answers(eager: Engine, compiled: Engine) -> None:
     """`lopa serve --compile`: the server's batched runner through inductor (warm_up makes the batch size
     dynamic) answers concurrent requests with plain decoding's text."""
     compiled.warm_up(rows=4)
-    got, want = served_and_plain(compiled, engine, max_tokens=24, timeout=600.0)
+    got, want = served_and_plain(compiled, eager, max_tokens=24, timeout=600.0)
     assert [g["choices"][0]["text"] for g in got] == want
     assert max(g["lopa"]["tokens_per_forward"] for g in got) > 1.0

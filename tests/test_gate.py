@@ -8,7 +8,7 @@ from lopa import Engine
 from lopa.config import DraftConfig, GenerationConfig
 from lopa.decode.cost import CostModel
 from lopa.decode.gate import MAX_GAP, PROBE_EVERY, LookaheadGate
-from lopa.decode.loop import Drafting, decode
+from lopa.decode.loop import Drafting, SequenceDecoder, decode
 from lopa.decode.window import WindowController
 from lopa.draft.tree import Proposal
 
@@ -85,8 +85,8 @@ def test_a_plain_step_asks_no_drafter_but_feeds_them_all(engine: Engine) -> None
     for leader in (True, False):
         cost, drafter = CostModel.flat(), Counting()
         cost.gate.lookahead = lambda rows, leader=leader: leader  # the gate's choice, fixed
-        records = list(islice(decode(engine.runner.sibling(1, 1), prompt, cfg, engine.eos_ids,
-                                     Drafting([drafter], WindowController(4), DraftConfig()), cost), 8))
+        seq = SequenceDecoder(prompt, cfg, engine.eos_ids, Drafting([drafter], WindowController(4), DraftConfig()))
+        records = list(islice(decode(engine.runner.sibling(1, 1), seq, cost), 8))
         outputs.append([t for r in records for t in r.tokens])
         steps = len(records) - 1  # the first token comes from the prefill
         assert drafter.observed == steps

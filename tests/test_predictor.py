@@ -12,7 +12,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine, GenerationConfig
 from lopa.decode.cost import CostModel
-from lopa.decode.loop import Drafting, decode
+from lopa.decode.loop import Drafting, SequenceDecoder, decode
 from lopa.decode.window import WindowController
 from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfig, causal, default_aux_layers
 from lopa.draft.predictor_drafter import PredictorDrafter
@@ -23,7 +23,7 @@ from lopa.train.predictor import LOG, Features, PredictorSettings, _Batch, accur
 
 from .conftest import tiny_llama
 from .prompts import FAST
-from .test_greedy import assert_every_drafter_drafted, sweep
+from .test_greedy import NEW_TOKENS, assert_every_drafter_drafted, sweep
 
 AUX = [1, 2, 3]
 PROMPT = [2, 3, 4, 5, 6, 2, 3, 4]
@@ -49,7 +49,7 @@ def untrained(model, seed: int = 1) -> Eagle3Predictor:
 
 
 def greedy(model, prompt: list[int], n: int) -> list[int]:
-    return [t for r in decode(Runner(model), prompt, GenerationConfig(max_new_tokens=n), set(), None) for t in r.tokens]
+    return [t for r in decode(Runner(model), SequenceDecoder(prompt, GenerationConfig(max_new_tokens=n), set())) for t in r.tokens]
 
 
 def run_drafted(model, predictor, prompt, cfg: GenerationConfig):
@@ -57,7 +57,7 @@ def run_drafted(model, predictor, prompt, cfg: GenerationConfig):
     runner = Runner(model)
     runner.hidden_layers = drafter.hidden_layers
     drafting = Drafting([drafter], WindowController(4), DraftConfig())
-    records = list(decode(runner, prompt, cfg, set(), drafting))
+    records = list(decode(runner, SequenceDecoder(prompt, cfg, set(), drafting)))
     return [t for r in records for t in r.tokens], sum(r.accepted for r in records)
 
 
@@ -253,14 +253,14 @@ def test_engine_with_a_predictor_equals_stock_generate_and_drafts(engine, stock,
     """The default model through Engine(predictor=...): a predictor overfit on the model's own answers to three
     prompts drafts them back; lopa still equals stock generate() and the predictor's drafts are accepted."""
     prompts = FAST[:3]
-    sequences = [stock.greedy(p.text, 64)[:2] for p in prompts]
+    sequences = [stock.greedy(p.text, NEW_TOKENS)[:2] for p in prompts]  # the references test_greedy.py computes
     settings = PredictorSettings(epochs=40, batch_size=4, lr=3e-3, ttt_steps=3)
     data = teacher_force(engine.model, sequences, default_aux_layers(engine.model.config.num_hidden_layers))
     train_predictor(engine.model, data, draft_vocab_size=512, intermediate_size=256, settings=settings, out=tmp_path)
     only = DraftConfig(use_prompt_lookup=False, use_ngram_pool=False, dynamic_window=False)
     drafted = Engine(engine.loaded, only, predictor=str(tmp_path))
     assert drafted.runner.hidden_layers == tuple(drafted.predictor.config.aux_layers)
-    failures, results, _ = sweep(drafted, stock, prompts, 64)
+    failures, results, _ = sweep(drafted, stock, prompts, NEW_TOKENS)
     assert not failures, failures
     assert_every_drafter_drafted(results, ["predictor"])
     first = [r.stats.drafters["predictor"] for r in results]  # depth-1 top-1: one trial per verification step
@@ -294,7 +294,7 @@ def test_the_predictor_expands_only_what_verification_keeps(model, trained, seed
         runner.hidden_layers = drafter.hidden_layers
         drafting = Drafting([drafter], WindowController(4), DraftConfig(always_draft=True))
         with patch.object(PredictorCache, "run", autospec=True, side_effect=PredictorCache.run) as run:
-            records = list(decode(runner, prompt, GenerationConfig(max_new_tokens=32), set(), drafting, cost))
+            records = list(decode(runner, SequenceDecoder(prompt, GenerationConfig(max_new_tokens=32), set(), drafting), cost))
         assert [t for r in records for t in r.tokens] == greedy(model, prompt, 32)
         steps = len(records) - 1  # the first token came from the prefill; each step runs one predictor commit
         return (run.call_count - steps) / steps

@@ -45,9 +45,9 @@ def strict():
         srv.stop()
 
 
-def chat(url: str, prompt: str, max_tokens: int = 24, **extra) -> httpx.Response:
+def chat(url: str, prompt: str, max_tokens: int = 24, headers: dict | None = None, **extra) -> httpx.Response:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, **extra}
-    return httpx.post(url + "/v1/chat/completions", json=body, timeout=120.0, headers=extra.pop("headers", None))
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=120.0, headers=headers)
 
 
 def sse(resp: httpx.Response) -> list[str]:
@@ -87,15 +87,23 @@ def test_stream_carries_sources_and_ends_with_done(server):
 
 
 def test_concurrent_clients_equal_solo_outputs(server, engine):
-    solo = [engine.generate(p, max_new_tokens=24).text for p in PROMPTS]
+    """Eight requests at once, greedy and sampled with a seed each, batched by the server: each answer is the
+    engine's solo one (greedy lopa; seeded plain decoding), and seeds are reported."""
+    sampling = {"temperature": 1.0, "top_p": 0.95, "min_p": 0.02, "frequency_penalty": 0.3}
+    asks = [{} if i % 2 == 0 else {"seed": i, **sampling} for i in range(len(PROMPTS))]
+    solo = [engine.generate(p, max_new_tokens=24, method="ar" if ask else "lopa", **ask).text for p, ask in zip(PROMPTS, asks)]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        replies = list(pool.map(lambda p: chat(server.url, p), PROMPTS))
-    assert [r.json()["choices"][0]["message"]["content"] for r in replies] == solo
+        replies = [r.json() for r in pool.map(lambda p_ask: chat(server.url, p_ask[0], **p_ask[1]), zip(PROMPTS, asks))]
+    assert [r["choices"][0]["message"]["content"] for r in replies] == solo
+    assert [r["lopa"].get("seed") for r in replies] == [ask.get("seed") for ask in asks]
     metrics = httpx.get(server.url + "/metrics").text
     assert "lopa_batch_size_bucket" in metrics
     batched = [line for line in metrics.splitlines() if line.startswith('lopa_batch_size_bucket{le="1.0"}')]
     total = [line for line in metrics.splitlines() if line.startswith("lopa_batch_size_count")]
     assert float(total[0].split()[1]) > float(batched[0].split()[1])  # some forwards verified several requests
+    unseeded = chat(server.url, PROMPTS[0], 16, **sampling).json()  # a seed is drawn and reported: it reproduces
+    again = chat(server.url, PROMPTS[0], 16, seed=unseeded["lopa"]["seed"], **sampling).json()
+    assert again["choices"][0]["message"]["content"] == unseeded["choices"][0]["message"]["content"]
 
 
 @pytest.mark.parametrize(
@@ -220,22 +228,64 @@ def test_models_health_metrics_and_unknown_path(server):
     assert missing.status_code == 404 and "error" in missing.json()
 
 
-def test_disconnect_frees_the_slot(server):
-    def cancelled() -> int:
-        line = [l for l in httpx.get(server.url + "/metrics").text.splitlines() if 'outcome="cancelled"' in l]
-        return int(float(line[0].split()[1])) if line else 0
+def cancelled(url: str) -> int:
+    """Requests the server counted as cancelled (their client left)."""
+    line = [l for l in httpx.get(url + "/metrics").text.splitlines() if 'outcome="cancelled"' in l]
+    return int(float(line[0].split()[1])) if line else 0
 
-    before = cancelled()
+
+def test_disconnect_frees_the_slot(server):
+    before = cancelled(server.url)
     body = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 400, "stream": True}
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as resp:
         for i, _ in enumerate(resp.iter_lines()):
             if i > 4:
                 break
     deadline = time.monotonic() + 30
-    while cancelled() == before and time.monotonic() < deadline:
+    while cancelled(server.url) == before and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert cancelled() == before + 1
+    assert cancelled(server.url) == before + 1
     assert chat(server.url, PROMPTS[2], 8).status_code == 200
+
+
+def test_a_client_that_leaves_a_non_streamed_request_is_let_go_within_a_second(server):
+    """The client gives up 0.3 s into a long answer (no streaming): its slot is freed, not decoded to the end."""
+    before = cancelled(server.url)
+    body = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 240, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(60.0, read=0.3))
+    left = time.monotonic()  # the client closed its connection
+    while cancelled(server.url) == before and time.monotonic() < left + 30:
+        time.sleep(0.05)
+    freed = time.monotonic() - left
+    assert cancelled(server.url) == before + 1 and freed < 1.0, f"freed after {freed:.1f} s"
+
+
+def test_a_foreign_host_is_refused_without_an_api_key(server, strict):
+    """DNS rebinding: a page on another site reaching the loopback sends its own name as Host."""
+    port = server.url.rsplit(":", 1)[1]
+    foreign = chat(server.url, "hi", 4, headers={"Host": f"rebind.example:{port}"})
+    assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "host_not_allowed"
+    assert httpx.get(server.url + "/health", headers={"Host": "rebind.example"}).status_code == 403
+    assert chat(server.url, "hi", 4, headers={"Host": f"localhost:{port}"}).status_code == 200
+    keyed = {"Host": "api.example", "Authorization": f"Bearer {KEY}"}  # with a key, the key is the guard
+    assert chat(strict.url, "hi", 4, headers=keyed).status_code == 200
+
+
+def test_the_guard_parses_hosts_and_takes_allowed_names() -> None:
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from lopa.serve.guard import Guard, host_name
+
+    assert [host_name(h) for h in ("[::1]:8000", "LocalHost:80", "a.example.", "::1", "10.0.0.2")] == [
+        "::1", "localhost", "a.example", "::1", "10.0.0.2"]
+    app = Guard(Starlette(routes=[Route("/", lambda r: PlainTextResponse("ok"))]), None, ["box.lan"])
+    assert TestClient(app, base_url="http://box.lan:8000").get("/").status_code == 200
+    assert TestClient(app, base_url="http://10.1.2.3:8000").get("/").status_code == 200
+    assert TestClient(app, base_url="http://other.lan").get("/").status_code == 403
 
 
 def test_empty_api_key_is_refused_at_start(tmp_path, capsys, monkeypatch):
@@ -266,7 +316,9 @@ def test_full_queue_and_timeout(strict):
         with client.stream("POST", strict.url + "/v1/chat/completions", json=long) as running:
             lines = running.iter_lines()
             next(lines)  # decoding: the one slot is taken
-            waiting = threading.Thread(target=lambda: client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False}))
+            queued: list[httpx.Response] = []
+            waiting = threading.Thread(target=lambda: queued.append(
+                client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False})))
             waiting.start()
             deadline = time.monotonic() + 10
             while "lopa_queue_depth 1" not in client.get(strict.url + "/metrics").text and time.monotonic() < deadline:
@@ -277,6 +329,8 @@ def test_full_queue_and_timeout(strict):
             events = [line[6:] for line in lines if line.startswith("data: ")]  # the 10 s timeout ends it with an error event
             assert json.loads(events[-2])["error"]["type"] == "timeout" and events[-1] == "[DONE]"
             waiting.join(30)
+    # the queued request's 10 s ran out too (queueing counts): its own 504, not a hang or a 5xx of another kind
+    assert len(queued) == 1 and queued[0].status_code == 504 and queued[0].json()["error"]["type"] == "timeout"
 
 
 def test_sigterm_drains_and_exits(strict):

@@ -36,7 +36,7 @@ def app(engine):
 def test_a_failing_forward_fails_its_batch_and_serving_goes_on(app, engine):
     scheduler = app.state.scheduler
     scheduler.runner.verify, calls = failing_verify(scheduler.runner.verify, lambda n: n == 3)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         with ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(lambda _: client.post("/v1/completions", json=BODY), range(4)))
         failed = [r for r in replies if r.status_code == 500]
@@ -53,7 +53,7 @@ def test_a_broken_engine_is_reported_and_refuses_work(app):
     scheduler.runner.verify, _ = failing_verify(scheduler.runner.verify, lambda n: True)
     failures = []
     scheduler.on_failure = failures.append
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         replies = [client.post("/v1/completions", json=BODY) for _ in range(MAX_FAILED_STEPS)]
         assert all(r.status_code == 500 for r in replies)
         deadline = time.monotonic() + 10  # the scheduler gives up just after answering the last of them
@@ -71,6 +71,6 @@ def test_a_stuck_scheduler_still_answers_by_the_deadline(engine):
     app = create_app(engine, ServeOptions(max_batch=1, timeout=1.0))
     scheduler = app.state.scheduler
     scheduler.submit = lambda job: None  # accepted, never scheduled
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         reply = client.post("/v1/completions", json=BODY)
     assert reply.status_code == 504 and reply.json()["error"]["type"] == "timeout"

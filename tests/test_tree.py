@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lopa.config import DraftConfig
-from lopa.decode.verify import accept_greedy
+from lopa.decode.verify import accept
 from lopa.decode.window import WindowController
 from lopa.draft.ngram import JacobiPoolDrafter, PromptLookupDrafter
 from lopa.draft.tree import DraftTree, Proposal, rank
@@ -61,14 +62,17 @@ def test_greedy_acceptance_walks_the_matching_path() -> None:
     argmax = [0] * tree.size
     argmax[0], argmax[tree.find_path([1])[-1]] = 1, 4
     argmax[tree.find_path([1, 4])[-1]] = 7
-    path, bonus = accept_greedy(tree, argmax)
+    path, bonus = accept(tree, argmax)
     assert [tree.tokens[i] for i in path] == [0, 1, 4] and bonus == 7
 
 
 def test_every_prefix_of_the_ranked_order_is_a_connected_tree() -> None:
     proposals = [Proposal([5, 6, 7], [0.9] * 3, "a"), Proposal([5, 8], [0.6, 0.9], "b"), Proposal([9], [0.85], "c")]
     ranked = rank(0, proposals, DraftConfig(tau=0.1), 4, 10)
-    assert ranked.probs == sorted(ranked.probs, reverse=True)[: len(ranked.probs)] or len(ranked.probs) == 5
+    # path scores: 5 (0.9, two drafters agree) first, then 9 (0.85), 6 and 8 (0.81, the first proposed first), 7
+    assert [ranked.nodes[i].token for i in ranked.order] == [5, 9, 6, 8, 7]
+    assert ranked.probs == pytest.approx([0.9, 0.85, 0.81, 0.81, 0.729])
+    assert ranked.depths == [1, 1, 2, 2, 3]
     for size in range(len(ranked.order) + 1):
         tree = ranked.tree(size)
         assert tree.size == size + 1

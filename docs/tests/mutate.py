@@ -16,10 +16,17 @@ MUTATIONS = {
         "        return torch.tensor(self.tokens), torch.tensor(self.depths), ancestors",
         ["tests/test_runner.py", "tests/test_greedy.py::test_lopa_matches_stock_generate"]),
     "perturb-packed": ("src/lopa/models/fastlinear.py",
-        "        self.packed = torch.ops.mkl._mkl_reorder_linear_weight(linear.weight.detach(), 16)",
-        "        noisy = linear.weight.detach() + 1e-3 * torch.randn_like(linear.weight)  # MUTATION\n"
-        "        self.packed = torch.ops.mkl._mkl_reorder_linear_weight(noisy, 16)",
+        "        self.packed = pack_weight(linear.weight)",
+        "        self.packed = pack_weight(linear.weight + 1e-3 * torch.randn_like(linear.weight))  # MUTATION",
         ["tests/test_fast_runner.py::test_packed_model_matches_stock_logits", "tests/test_greedy.py::test_lopa_matches_stock_generate"]),
+    "sampler-noise": ("src/lopa/decode/sampling.py",
+        "            self.noise[position] = -torch.log(-torch.log(uniform))  # u = 0 gives -inf: never chosen",
+        "            self.noise[position] = -torch.log(uniform)  # MUTATION: exponential noise, not Gumbel",
+        ["tests/test_sampling.py"]),
+    "sampler-uncoupled": ("src/lopa/decode/sampling.py",
+        "            bits = np.random.Philox(key=self.seed % 2**64, counter=[0, position, 0, 0])",
+        "            bits = np.random.Philox(key=self.seed % 2**64, counter=[0, len(self.noise), 0, 0])  # MUTATION: by draw",
+        ["tests/test_sampling.py", "tests/test_seeded.py"]),
 }
 name = sys.argv[1]
 path, old, new, tests = MUTATIONS[name]

@@ -74,6 +74,7 @@ class GenerationResult:
     finish_reason: str  # "stop" (EOS or stop string) or "length"
     stats: GenerationStats
     logprobs: list[TokenLogprob] | None = None  # one per token id, when GenerationConfig.logprobs asked for them
+    seed: int | None = None  # sampling: the seed the draws were keyed by (drawn when none was given); None: greedy
 
 
 @dataclass
@@ -320,16 +321,16 @@ class Engine:
         cfg.validate()
         self.answer_room(len(prompt_ids), cfg.max_new_tokens)
         with self._exclusive():
-            drafting = self.drafting_for(cfg)
-            output = SequenceOutput(self, prompt_ids, cfg)
-            runner = self.lossy_runner if drafting and self.draft.lossy_int8_verify else self.runner
-            for record in decode(runner, prompt_ids, cfg, self.eos_ids, drafting, self.sizing):
+            seq = SequenceDecoder(prompt_ids, cfg, self.eos_ids, self.drafting_for(cfg))
+            output = SequenceOutput(self, seq)
+            runner = self.lossy_runner if seq.drafting and self.draft.lossy_int8_verify else self.runner
+            for record in decode(runner, seq, self.sizing):
                 piece = output.add(record)
                 if piece:
                     yield StreamChunk(piece, record)
                 if output.text.stopped:
                     break
-            tail, result = output.finish(len(output.stats.steps) - 1, drafting)  # the first came from the prefill
+            tail, result = output.finish(len(output.stats.steps) - 1)  # the first came from the prefill
             if tail:
                 yield StreamChunk(tail, record)
             yield result
@@ -337,7 +338,7 @@ class Engine:
     def generate_many(
         self,
         prompts: Sequence[Prompt],
-        config: GenerationConfig | None = None,
+        config: GenerationConfig | Sequence[GenerationConfig] | None = None,
         *,
         chat: bool | None = None,
         max_batch: int = 16,
@@ -345,17 +346,22 @@ class Engine:
         **overrides,
     ) -> list[GenerationResult]:
         """Decode many prompts together, up to `max_batch` at a time in one batched forward per step (offline
-        batch inference); each result is what generate() gives that prompt alone. `progress`: a progress
-        bar (default: on a terminal, for 8 prompts or more)."""
-        cfg = _merge_config(config, overrides)
-        cfg.validate()
+        batch inference); each result is what generate() gives that prompt alone. `config`: one for all, or one
+        per prompt (a seed each, say). `progress`: a progress bar (default: on a terminal, for 8 prompts or more)."""
+        many = isinstance(config, (list, tuple))
+        if many and len(config) != len(prompts):
+            raise InvalidRequestError(f"{len(config)} configs for {len(prompts)} prompts")
+        configs = [_merge_config(c, overrides) for c in config] if many else [_merge_config(config, overrides)] * len(prompts)
+        for cfg in configs:
+            cfg.validate()
         encoded = [self.encode_prompt(p, chat) for p in prompts]
-        for ids in encoded:
+        for ids, cfg in zip(encoded, configs):
             self.answer_room(len(ids), cfg.max_new_tokens)
         if not encoded:
             return []
         slots = max(1, min(max_batch, len(encoded)))
-        runner = self.runner.sibling(slots, kv_rows(max(map(len, encoded)), cfg.max_new_tokens, self.draft.node_budget))
+        longest = max(kv_rows(len(ids), cfg.max_new_tokens, self.draft.node_budget) for ids, cfg in zip(encoded, configs))
+        runner = self.runner.sibling(slots, longest)
         results: list[GenerationResult | None] = [None] * len(encoded)
         waiting = deque(range(len(encoded)))
         rows: list[tuple[int, SequenceDecoder, SequenceOutput]] = []  # row i decodes in batch slot i
@@ -364,15 +370,15 @@ class Engine:
             while waiting or rows:
                 while waiting and len(rows) < slots:
                     i = waiting.popleft()
-                    seq = SequenceDecoder(encoded[i], cfg, self.eos_ids, self.drafting_for(cfg))
-                    output = SequenceOutput(self, encoded[i], cfg)
+                    seq = SequenceDecoder(encoded[i], configs[i], self.eos_ids, self.drafting_for(configs[i]))
+                    output = SequenceOutput(self, seq)
                     out = runner.prefill(len(rows), torch.tensor(encoded[i]), 0)
                     output.add(seq.first(out.logits, out.layers))
                     rows.append((i, seq, output))
                 for slot in reversed(range(len(rows))):  # finished rows leave; the last row takes the free slot
                     i, seq, output = rows[slot]
                     if seq.done or output.text.stopped:
-                        results[i] = output.finish(seq.step, seq.drafting)[1]
+                        results[i] = output.finish(seq.step)[1]
                         bar.update(1)
                         runner.free(slot, rows)
                 if rows:
@@ -413,9 +419,11 @@ class Engine:
 class SequenceOutput:
     """What one sequence has produced so far: its final text, token ids, logprobs and stats."""
 
-    def __init__(self, engine: Engine, prompt_ids: list[int], cfg: GenerationConfig):
-        self.text = TextStream(engine.tokenizer, cfg.stop, cfg.stop_ids(engine.eos_ids))
-        self.stats = GenerationStats(cfg.method, prompt_tokens=len(prompt_ids))
+    def __init__(self, engine: Engine, seq: SequenceDecoder):
+        cfg = seq.cfg
+        self.seq = seq
+        self.text = TextStream(engine.tokenizer, cfg.stop, seq.eos_ids)
+        self.stats = GenerationStats(cfg.method, prompt_tokens=len(seq.prompt))
         self.logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
         self.start = time.perf_counter()
 
@@ -434,18 +442,19 @@ class SequenceOutput:
             self.logprobs.extend(record.logprobs)
         return self.text.push(record.tokens)
 
-    def finish(self, forwards: int, drafting: Drafting | None) -> tuple[str, GenerationResult]:
+    def finish(self, forwards: int) -> tuple[str, GenerationResult]:
         """Decoding ended after `forwards` verification steps: the held-back text and the result."""
         tail = self.text.close()  # text held back in case a stop string began there
         stats = self.stats
         stats.wall_s = time.perf_counter() - self.start
         stats.forwards = forwards
         stats.new_tokens = len(self.text.ids)
+        drafting = self.seq.drafting
         if drafting:
             stats.window = drafting.controller.summary()
             stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
         logprobs = None if self.logprobs is None else self.logprobs[: len(self.text.ids)]  # none past a stop string
-        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, logprobs)
+        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, logprobs, self.seq.seed)
 
 
 def _is_batch(prompt) -> bool:

@@ -28,20 +28,7 @@ def _generate(args: argparse.Namespace) -> int:
         return diffusion_cli.run_generate(args)
     from .config import GenerationConfig
 
-    cfg = GenerationConfig(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        repetition_penalty=args.repetition_penalty,
-        presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty,
-        min_tokens=args.min_tokens,
-        seed=args.seed,
-        stop=args.stop or [],
-        method=args.method,
-        ignore_eos=args.ignore_eos,
-    )
+    cfg = GenerationConfig.from_options(args, max_new_tokens=args.max_new_tokens, stop=args.stop or [], method=args.method)
     cfg.validate()  # fail on bad values before spending seconds on loading the model
     if not args.prompt.strip():
         raise InvalidRequestError("the prompt is empty")
@@ -50,7 +37,8 @@ def _generate(args: argparse.Namespace) -> int:
     if args.json:
         result = engine.generate(args.prompt, cfg, chat=chat)
         stats = result.stats.to_dict()
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "finish_reason": result.finish_reason, "stats": stats}))
+        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "finish_reason": result.finish_reason,
+                          "seed": result.seed, "stats": stats}))
         return 0
     result = None
     paint = _painter(engine) if args.show else None
@@ -120,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--min-p", type=float, default=0.0, help="drop tokens below this x the likeliest's probability")
     gen.add_argument("--repetition-penalty", type=float, default=1.0)
     gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--min-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--seed", type=int, default=None,
+                     help="sampling: the same seed gives the same text, with or without lookahead (--json reports the one drawn)")
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")
     gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")

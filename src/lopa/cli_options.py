@@ -44,8 +44,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                         help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged")
 
 
-def load_engine(args: argparse.Namespace) -> Engine:
-    """Build an Engine from the shared model options (imported lazily: torch is slow to import)."""
+def load_engine(args: argparse.Namespace, profile: bool = True) -> Engine:
+    """Build an Engine from the shared model options (imported lazily: torch is slow to import); `profile`: load or
+    measure its latency profile (Engine.from_pretrained's)."""
     import torch
 
     from .api import Engine
@@ -60,4 +61,5 @@ def load_engine(args: argparse.Namespace) -> Engine:
         args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code,
         max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
         predictor=False if args.no_predictor else args.predictor, fast=not args.eager, threads=args.threads,
+        profile=profile,
     )

@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from .errors import InvalidRequestError
 
 METHODS = ("lopa", "ar")
+# GenerationConfig fields named alike in the CLI's options and the server's request bodies (one mapping for both)
+SAMPLING_OPTIONS = (
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+    "min_tokens", "seed", "ignore_eos",
+)
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
 DRAFT_DTYPES = (None, "int8", "bfloat16", "float32")
 
@@ -19,15 +24,22 @@ class GenerationConfig:
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
     top_k: int = 0  # 0 means no top-k cut
+    min_p: float = 0.0  # drop tokens less likely than min_p x the likeliest (after top-k / top-p); 0 means off
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0  # OpenAI's: subtracted once from each token already generated
     frequency_penalty: float = 0.0  # OpenAI's: subtracted per time a token was generated
     min_tokens: int = 0  # vLLM's: the end-of-sequence tokens cannot be emitted before this many tokens
-    seed: int | None = None
+    seed: int | None = None  # sampling: the same seed gives the same tokens, with or without lookahead; None draws one
     stop: list[str] = field(default_factory=list)
     method: str = "lopa"
     ignore_eos: bool = False  # run to max_new_tokens past EOS (fixed-length benchmarks, load tests)
     logprobs: int | None = None  # report each token's log-probability and this many top alternatives (None: off)
+
+    @classmethod
+    def from_options(cls, options: object, **fields) -> "GenerationConfig":
+        """A config from the SAMPLING_OPTIONS attributes of `options` (parsed CLI arguments, a request body) and
+        `fields` for the rest."""
+        return cls(**{name: getattr(options, name) for name in SAMPLING_OPTIONS}, **fields)
 
     @property
     def greedy(self) -> bool:
@@ -51,6 +63,8 @@ class GenerationConfig:
             raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise InvalidRequestError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.top_k < 0:
             raise InvalidRequestError(f"top_k must be >= 0, got {self.top_k}")
         if self.repetition_penalty <= 0:

@@ -38,6 +38,8 @@ class BenchOptions:
     chat: bool | None = None  # None: the chat template when the model has one
     model: str | None = None  # the --model spec, to find its GGUF for llama.cpp
     gguf: str | None = None
+    gguf_precision: str = "shipped"  # the llama.cpp methods' weights: the GGUF as shipped, or lopa's f32 / bf16 copy
+    llamacpp_flash_attn: bool = False
     progress: bool = True
 
     def validate(self) -> None:
@@ -56,6 +58,7 @@ class BenchOptions:
         """The `lopa bench` command line that reproduces this run."""
         argv = ["lopa", "bench"]
         for flag, value in (("--model", self.model), ("--data", self.data), ("--gguf", self.gguf),
+                            ("--gguf-precision", None if self.gguf_precision == "shipped" else self.gguf_precision),
                             ("--categories", ",".join(self.categories or []) or None), ("--limit", self.limit)):
             if value is not None:
                 argv += [flag, str(value)]
@@ -64,6 +67,7 @@ class BenchOptions:
             argv += ["--lopa-table"] + (["--scenarios", ",".join(self.scenarios)] if self.scenarios else [])
         else:
             argv += ["--max-new-tokens", str(self.max_new_tokens)] + (["--multi-turn"] if self.multi_turn else [])
+        argv += ["--llamacpp-flash-attn"] if self.llamacpp_flash_attn else []
         return shlex.join(argv + (["--no-chat"] if self.chat is False else []))
 
 
@@ -83,12 +87,17 @@ def _items(engine, opts: BenchOptions) -> list[Item]:
 def _gguf_finder(opts: BenchOptions):
     def find() -> Path | None:
         from ..models.catalog import CATALOG, DEFAULT_MODEL, fetch_gguf
+        from ..models.gguf_precision import full_precision_gguf
 
         if opts.gguf:
-            return Path(opts.gguf)
-        if opts.model is None or opts.model in CATALOG:
-            return fetch_gguf(opts.model or DEFAULT_MODEL)
-        return Path(opts.model) if opts.model.endswith(".gguf") else None
+            path = Path(opts.gguf)
+        elif opts.model is None or opts.model in CATALOG:
+            path = fetch_gguf(opts.model or DEFAULT_MODEL)
+        elif opts.model.endswith(".gguf"):
+            path = Path(opts.model)
+        else:
+            return None
+        return path if opts.gguf_precision == "shipped" else full_precision_gguf(path, opts.gguf_precision)
 
     return find
 
@@ -109,7 +118,9 @@ def run_benchmark(engine, opts: BenchOptions) -> dict:
     items = _items(engine, opts)
     if not items:
         raise InvalidRequestError("no prompts selected (check --data, --categories and the scenarios)")
-    methods, skipped = build_methods(opts.methods, engine, _gguf_finder(opts), torch.get_num_threads())
+    methods, skipped = build_methods(
+        opts.methods, engine, _gguf_finder(opts), torch.get_num_threads(), opts.llamacpp_flash_attn
+    )
     records = run_items(engine, methods, items, opts.chat, opts.progress)
     aggregated = aggregate(records, list(methods))
     results = {
@@ -129,6 +140,8 @@ def run_benchmark(engine, opts: BenchOptions) -> dict:
             "lopa_table": bool(opts.lopa_table or opts.scenarios),
             "draft_model": engine.draft.draft_model,
             "draft_dtype": engine.draft.draft_model_dtype,
+            "gguf_precision": opts.gguf_precision,
+            "llamacpp_flash_attn": opts.llamacpp_flash_attn,
             "methods": opts.methods,
             "versions": _versions(),
         },

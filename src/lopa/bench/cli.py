@@ -37,6 +37,10 @@ def register(subparsers) -> None:
     p.add_argument("--scenarios", default=None, help="comma-separated subset of the LoPA scenarios (implies --lopa-table)")
     p.add_argument("--out", default=None, metavar="DIR", help="write results.json, report.md and PNG plots here")
     p.add_argument("--gguf", default=None, help="GGUF for the llama.cpp methods (default: the catalog model's)")
+    p.add_argument("--gguf-precision", default="shipped", choices=("shipped", "f32", "bf16"),
+                   help="the llama.cpp methods run the GGUF as shipped, or a copy lopa writes with its weights dequantized "
+                        "to f32 (the weights lopa's fp32 path runs: a same-precision comparison) or bf16 (cached)")
+    p.add_argument("--llamacpp-flash-attn", action="store_true", help="llama.cpp with flash attention")
     p.add_argument("--no-chat", action="store_true", help="raw prompts, without the chat template")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--dllm", default=None, metavar="PATH", help="benchmark a diffusion LM instead (see lopa.diffusion)")
@@ -68,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
         data=args.data, categories=_csv(args.categories), limit=args.limit, seed=args.seed,
         multi_turn=args.multi_turn, max_new_tokens=args.max_new_tokens, lopa_table=table,
         scenarios=_csv(args.scenarios), chat=False if args.no_chat else None, model=args.model, gguf=args.gguf,
+        gguf_precision=args.gguf_precision, llamacpp_flash_attn=args.llamacpp_flash_attn,
         progress=not args.no_progress,
         methods=parse_methods(args.methods or ",".join(TABLE_METHODS if table else ALL_METHODS)),
     )

@@ -39,8 +39,8 @@ DESCRIPTIONS = {
     "hf-pld": "transformers generate(), greedy, prompt_lookup_num_tokens=10",
     "hf-assisted": "transformers generate(assistant_model=--draft-model in fp32), greedy, its default schedule",
     "ar": "lopa runner, one token per forward",
-    "llamacpp": "llama-cpp-python on the GGUF, greedy (quantised weights: not lossless against hf)",
-    "llamacpp-pld": "llama-cpp-python on the GGUF with prompt lookup (10 tokens)",
+    "llamacpp": "llama-cpp-python on the GGUF (--gguf-precision), greedy",
+    "llamacpp-pld": "llama-cpp-python on the GGUF (--gguf-precision) with prompt lookup (10 tokens)",
     **{name: "lopa " + (", ".join(f"{k}={v}" for k, v in o.items()) or "defaults") for name, o in LOPA_VARIANTS.items()},
     "ar-compiled": "ar on the torch.compile runner (graphs built before timing)",
     "lopa-compiled": "lopa defaults on the torch.compile runner (graphs built before timing)",
@@ -155,19 +155,22 @@ class EngineMethod:
 
 
 class LlamaCpp:
-    """llama.cpp through llama-cpp-python on a GGUF (quantised, so compared by perplexity, not exact match)."""
+    """llama.cpp through llama-cpp-python on a GGUF: as shipped (quantised: compared by perplexity too) or lopa's
+    full-precision copy of it (models/gguf_precision.py: the weights lopa runs)."""
 
     lossless = False
 
-    def __init__(self, name: str, gguf: Path, prompt_lookup: bool, n_ctx: int, threads: int):
+    def __init__(self, name: str, gguf: Path, prompt_lookup: bool, n_ctx: int, threads: int, flash_attn: bool):
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(num_pred_tokens=10) if prompt_lookup else None
         self.name, self.prompt_lookup = name, prompt_lookup
+        # prompt lookup verifies drafts from every position's logits: llama-cpp-python keeps them all only with
+        # logits_all (else its score buffer is sized by n_batch and a long prompt overflows it)
         self.llm = Llama(
             model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-            draft_model=draft, verbose=False,
+            draft_model=draft, logits_all=prompt_lookup, flash_attn=flash_attn, verbose=False,
         )
         self.eos = self.llm.token_eos()
 
@@ -206,7 +209,7 @@ def parse_methods(text: str) -> list[str]:
 
 
 def build_methods(
-    names: list[str], engine, gguf: Callable[[], Path | None], threads: int
+    names: list[str], engine, gguf: Callable[[], Path | None], threads: int, flash_attn: bool = False
 ) -> tuple[dict[str, Method], dict[str, str]]:
     """Instantiate the named methods on one loaded engine; returns (methods, skipped name -> reason).
 
@@ -250,5 +253,5 @@ def build_methods(
             skipped[name] = "no GGUF file for this model (pass --gguf PATH)"
         else:
             n_ctx = min(engine.runner.max_positions, 8192)
-            methods[name] = LlamaCpp(name, path, LLAMACPP_METHODS[name], n_ctx, threads)
+            methods[name] = LlamaCpp(name, path, LLAMACPP_METHODS[name], n_ctx, threads, flash_attn)
     return methods, skipped

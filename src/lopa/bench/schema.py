@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3  # 3: config.draft_model, config.draft_dtype
+SCHEMA_VERSION = 4  # 3: config.draft_model, config.draft_dtype; 4: config.gguf_precision, config.llamacpp_flash_attn
 NUM = (int, float)
 
 
@@ -95,6 +95,8 @@ RESULTS = {
         "lopa_table": bool,
         "draft_model": Nullable(str),
         "draft_dtype": Nullable(str),
+        "gguf_precision": str,
+        "llamacpp_flash_attn": bool,
         "methods": ListOf(str),
         "versions": MapOf(str),
     },

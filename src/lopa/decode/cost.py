@@ -144,14 +144,12 @@ class CostModel:
         packed, their mean; padded, the largest."""
         return sum(sizes) / len(sizes) if self.packed else max(sizes)
 
-    def tree_sizes(self, probs: list[list[float]], corrected: bool = True) -> list[int]:
+    def tree_sizes(self, probs: list[list[float]]) -> list[int]:
         """Nodes to verify per row for rows whose ranked drafts have these path probabilities (best first): the
         batch takes the next node of the row whose next node is likeliest while that raises its expected tokens
-        per second. `corrected=False`: by the profile alone (a seeded sampled answer must not depend on measured
-        times)."""
-        cost = self if corrected else self.predicted
+        per second."""
         n = len(probs)
-        spent = cost(n, 1)  # the forward of the sizes taken so far
+        spent = self(n, 1)  # the forward of the sizes taken so far
         sizes, best, best_rate, expected = [0] * n, [0] * n, n / spent, float(n)
         left = sum(map(sum, probs))  # what every node not taken yet could add
         heap = [(-row[0], r) for r, row in enumerate(probs) if row]
@@ -161,7 +159,7 @@ class CostModel:
             expected, left, sizes[r] = expected - p, left + p, sizes[r] + 1
             if sizes[r] < len(probs[r]):
                 heapq.heappush(heap, (-probs[r][sizes[r]], r))
-            spent = cost(n, self.tokens_per_row([1 + s for s in sizes]))
+            spent = self(n, self.tokens_per_row([1 + s for s in sizes]))
             rate = expected / spent
             if rate > best_rate:
                 best, best_rate = list(sizes), rate

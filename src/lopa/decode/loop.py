@@ -8,6 +8,7 @@ decoding share every line that decides what is emitted.
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -21,8 +22,8 @@ from ..models.runner import ForwardOutput, Runner
 from .cost import CostModel
 from .feedback import StepFeedback
 from .pricing import DrafterPrice, DraftPricing
-from .sampling import TokenLogprob, target_logits, token_logprobs, warp
-from .verify import accept_greedy, accept_sampling
+from .sampling import CoupledSampler, TokenLogprob, target_logits, token_logprobs, warp
+from .verify import accept
 from .window import WindowController
 
 
@@ -80,8 +81,9 @@ class SequenceDecoder:
         self.cfg = cfg
         self.eos_ids = cfg.stop_ids(eos_ids)
         self.drafting = drafting
-        self.generator = torch.Generator()
-        self.generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
+        # sampling: the request's seed (drawn when absent; results report it) keys every position's draw
+        self.seed = None if cfg.greedy else cfg.seed if cfg.seed is not None else secrets.randbits(63)
+        self.sampler = None if self.seed is None else CoupledSampler(self.seed)
         self.context: list[int] = []
         self.produced = 0
         self.step = 0
@@ -102,11 +104,8 @@ class SequenceDecoder:
             for drafter in self.drafting.drafters:
                 if hasattr(drafter, "observe_prefill"):
                     drafter.observe_prefill(layers)
-        target = target_logits(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)[0]
-        if self.cfg.greedy:
-            token = int(target.argmax())
-        else:
-            token = int(torch.multinomial(warp(target[None], self.cfg)[0], 1, generator=self.generator))
+        target = target_logits(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)
+        (token,) = self.choices(target, [len(self.prompt)])
         self.context = self.prompt + [token]
         self.produced = 1
         self.done = token in self.eos_ids or self.produced >= self.cfg.max_new_tokens
@@ -114,6 +113,13 @@ class SequenceDecoder:
         if self.cfg.logprobs is not None:
             record.logprobs = token_logprobs(logits[-1:].float().log_softmax(-1), [token], self.cfg.logprobs)
         return record
+
+    def choices(self, logits: torch.Tensor, positions: list[int]) -> list[int]:
+        """The token this request emits at each of `positions` after rows of processed logits: their argmax, or
+        the coupled sampler's draw (the same for plain decoding and every tree)."""
+        if self.sampler is None:
+            return logits.argmax(-1).tolist()
+        return self.sampler.choose(warp(logits, self.cfg), positions)
 
     def draft(self, rate: float | None, rows: int, lookahead: bool = True) -> RankedDraft:
         """The proposals of the drafters that pay at the `rate` (tokens/s; None: of all) of a batch of `rows`,
@@ -135,11 +141,8 @@ class SequenceDecoder:
         """Accept from the verification of `tree`; returns the step and the tree nodes to commit."""
         cfg, context, drafting = self.cfg, self.context, self.drafting
         logits = target_logits(out.logits, _contexts(context, tree, cfg), cfg, len(self.prompt), self.eos_ids)
-        choices = logits.argmax(-1).tolist() if cfg.greedy else None
-        if choices is not None:
-            path, bonus = accept_greedy(tree, choices)
-        else:
-            path, bonus = accept_sampling(tree, warp(logits, cfg), self.generator)
+        choices = self.choices(logits, [len(context) + depth for depth in tree.depths])
+        path, bonus = accept(tree, choices)
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + ["bonus"]
         stop = next((i for i, t in enumerate(new) if t in self.eos_ids), None)
@@ -148,7 +151,7 @@ class SequenceDecoder:
         log_probs = out.logits[path].float().log_softmax(-1) if drafting or cfg.logprobs is not None else None
         if drafting:
             # the target's own top-1 at every node: greedy's choices, unless penalties moved them
-            predictions = choices if choices is not None and logits is out.logits else out.logits.argmax(-1).tolist()
+            predictions = choices if cfg.greedy and logits is out.logits else out.logits.argmax(-1).tolist()
             feedback = StepFeedback(context, tree, predictions, path, new, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
@@ -167,20 +170,20 @@ class SequenceDecoder:
 def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None) -> list[StepRecord | Exception]:
     """Advance seqs (slot i holds seqs[i]) by one verification. `cost` sizes the batch's trees and learns from
     the forward's time, and its gate (decode/gate.py) decides whether this step drafts at all (unless the rows'
-    DraftConfig says always_draft); None verifies every ranked node (a fixed window).
+    DraftConfig says always_draft); None verifies every ranked node (a fixed window). None of it changes what
+    is emitted: a greedy or seeded row's tokens are plain decoding's whatever the trees.
 
     An exception while drafting or verifying fails the whole batch (it propagates); one while a row
     accepts fails only that row (its entry is the exception)."""
     start = time.perf_counter()
-    seeded = any(not seq.cfg.greedy and seq.cfg.seed is not None for seq in seqs)  # the tree decides the draws
-    rate = cost.rate(len(seqs)) if cost is not None and not seeded else None
+    rate = cost.rate(len(seqs)) if cost is not None else None
     gated = any(seq.drafting is not None and not seq.drafting.config.always_draft for seq in seqs)
     gate = cost.gate if rate is not None and gated else None
     lookahead = gate is None or gate.lookahead(len(seqs))
     drafts = [seq.draft(rate, len(seqs), lookahead) for seq in seqs]
     sizes: list[int | None] = [None] * len(seqs)
     if cost is not None:
-        sizes = cost.tree_sizes([d.probs if seeded else cost.calibrated(d) for d in drafts], corrected=not seeded)
+        sizes = cost.tree_sizes([cost.calibrated(d) for d in drafts])
     trees = [d.tree(size) for d, size in zip(drafts, sizes)]
     drafted = time.perf_counter()
     outs = runner.verify([tree.tensors() for tree in trees])
@@ -211,19 +214,11 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
     return results
 
 
-def decode(
-    runner: Runner,
-    prompt: list[int],
-    cfg: GenerationConfig,
-    eos_ids: set[int],
-    drafting: Drafting | None = None,
-    cost: CostModel | None = None,
-) -> Iterator[StepRecord]:
-    """Yield steps of one sequence (slot 0 of `runner`) until EOS or max_new_tokens; the caller may stop
+def decode(runner: Runner, seq: SequenceDecoder, cost: CostModel | None = None) -> Iterator[StepRecord]:
+    """Yield the steps of one sequence (slot 0 of `runner`) until EOS or max_new_tokens; the caller may stop
     early (stop strings)."""
-    seq = SequenceDecoder(prompt, cfg, eos_ids, drafting)
     runner.reserve(seq.capacity)
-    prefill = runner.prefill(0, torch.tensor(prompt), 0)
+    prefill = runner.prefill(0, torch.tensor(seq.prompt), 0)
     yield seq.first(prefill.logits, prefill.layers)
     while not seq.done:
         (record,) = step(runner, [seq], cost)

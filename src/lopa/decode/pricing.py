@@ -48,7 +48,7 @@ class DrafterPrice:
 
     def pays(self, rate: float | None, rows: int, left: int) -> bool:
         """Whether it proposes this step in a batch of `rows`, `left` tokens before the sequence's end: it pays (or
-        there is nothing to judge by: a seeded sampled answer, not measured yet), or it is due for a probe."""
+        there is nothing to judge by: not measured yet), or it is due for a probe."""
         tokens = self.doubted if self.doubted is not None and rows > 1 and not self.steps else self.tokens
         if rate is None or self.seconds is None or tokens >= self.seconds * rate * (KEEP if self.warm else 1.0):
             self.wait = PROBE_EVERY

@@ -1,9 +1,16 @@
-"""Logit processing shared by plain and lookahead decoding, so both target the same distribution.
+"""Logit processing and the sampler shared by plain and lookahead decoding, so both emit the same tokens.
 
 Order follows transformers' generate: repetition penalty, then OpenAI's presence and
 frequency penalties (on generated tokens only, as vLLM applies them) and vLLM's min_tokens, then temperature,
-top-k, top-p. Each tree row is processed with its own context (committed tokens plus its
+top-k, top-p, min-p. Each tree row is processed with its own context (committed tokens plus its
 ancestors), so a drafted token is judged exactly as plain decoding would judge it.
+
+Sampling is coupled to the request, not to the step (`CoupledSampler`): the token at absolute position t is
+argmax(scores + g_t), where scores are the processed logits / temperature (-inf outside top-k / top-p /
+min-p) and g_t is Gumbel noise from a counter-based generator (Philox) keyed by the request's seed and
+counted by t. By the Gumbel-max theorem that argmax is an exact draw from softmax(scores); plain decoding
+and every tree node at position t add the same g_t, so lookahead emits exactly plain decoding's tokens for
+a seed, whatever the drafters, the tree, the batch or the machine (README: Sampling).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ..config import GenerationConfig
@@ -45,7 +53,8 @@ def apply_presence_frequency(
 
 
 def warp(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
-    """Temperature, top-k and top-p on [rows, vocab] logits; returns probabilities."""
+    """Temperature, top-k, top-p and min-p on [rows, vocab] logits: the sampling scores, -inf for the tokens cut
+    (their softmax is the distribution sampled)."""
     logits = logits.float() / cfg.temperature
     if cfg.top_k and cfg.top_k < logits.shape[-1]:
         kth = torch.topk(logits, cfg.top_k, dim=-1).values[..., -1:]
@@ -56,7 +65,37 @@ def warp(logits: torch.Tensor, cfg: GenerationConfig) -> torch.Tensor:
         remove = cumulative <= 1 - cfg.top_p
         remove[..., -1] = False  # always keep the most likely token
         logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
-    return logits.softmax(-1)
+    if cfg.min_p > 0.0:  # p(x) < min_p * max p, on the distribution left by top-k / top-p
+        floor = logits.max(-1, keepdim=True).values + float(np.log(cfg.min_p))
+        logits = logits.masked_fill(logits < floor, float("-inf"))
+    return logits
+
+
+class CoupledSampler:
+    """One request's draws: position t's token is argmax(scores + g_t), g_t Gumbel noise from Philox keyed by the
+    seed with counter t (the 2nd of its four counter words, so no two positions' streams overlap for any vocabulary
+    under 2^66 tokens). Noise is made once per position and kept until the request moves past it."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.noise: dict[int, torch.Tensor] = {}
+
+    def gumbel(self, position: int, vocab: int) -> torch.Tensor:
+        """g_position: [vocab] standard Gumbel noise, the same on every machine."""
+        if position not in self.noise:
+            bits = np.random.Philox(key=self.seed % 2**64, counter=[0, position, 0, 0])
+            uniform = torch.from_numpy(np.random.Generator(bits).random(vocab, dtype=np.float32))
+            self.noise[position] = -torch.log(-torch.log(uniform))  # u = 0 gives -inf: never chosen
+        return self.noise[position]
+
+    def choose(self, scores: torch.Tensor, positions: Sequence[int]) -> list[int]:
+        """The token at each of `positions` given the sampling scores [len(positions), vocab] before it (warp())."""
+        first = min(positions)
+        for stale in [p for p in self.noise if p < first]:
+            del self.noise[stale]
+        vocab = scores.shape[-1]
+        noise = torch.stack([self.gumbel(p, vocab) for p in positions]).to(scores.device)
+        return (scores + noise).argmax(-1).tolist()
 
 
 def ban_early_end(

@@ -76,8 +76,7 @@ class PredictorDrafter:
         self.max_nodes = max_nodes
         self.min_path_prob = min_path_prob  # the expansion cutoff before any tree was verified
         self.cutoff = _log(min_path_prob)  # log path confidence the verified trees kept lately (see _learn)
-        # per request unless given: rates shared across requests would make a seeded sampled answer depend on
-        # the requests before it (the tree, hence the random draws of acceptance, would differ)
+        # per request unless given: each request's text calibrates its own drafts
         self.rates = rates or calibration_rates()
         self.last: list[_Path] = []  # the last proposals: tokens, probability bins and path scores
         self.cache = PredictorCache()

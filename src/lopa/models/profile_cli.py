@@ -37,6 +37,7 @@ def register(subparsers) -> None:
     p.add_argument("--sizes", default="1,2,4,8,16,32,64", help="tokens per forward to time")
     p.add_argument("--prefixes", default="128,512,1024", help="committed prefix lengths to time a 1-token forward at")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per point (median kept)")
+    p.add_argument("--max-rows", type=int, default=16, help="the latency surface's most batch rows")
     p.add_argument("--no-cache", action="store_true", help="do not write the engine's cached latency curve")
     p.add_argument("--breakdown-sizes", default="1,4,8,16", help="tokens per forward to split into parts ('' to skip)")
     p.add_argument("--breakdown-prefixes", default="128,1024", help="prefix lengths of that split")
@@ -49,6 +50,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..decode.cost import CostModel
     from .breakdown import breakdown_table
     from .profile import full_profile, profile_path, save_profile
     from .threads import apply_threads, save_threads, sweep_threads
@@ -56,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     sizes, prefixes = _sizes(args.sizes), _sizes(args.prefixes)
     split_sizes = _sizes(args.breakdown_sizes) if args.breakdown_sizes.strip() else ()
     split_prefixes = _sizes(args.breakdown_prefixes)
-    if args.reps < 1:
-        raise InvalidRequestError("--reps must be >= 1")
-    engine = load_engine(args)
+    if args.reps < 1 or args.max_rows < 1:
+        raise InvalidRequestError("--reps and --max-rows must be >= 1")
+    engine = load_engine(args, profile=False)  # this command measures the profile itself
     start = time.perf_counter()
     engine.warm_up()  # with --compile: build the graphs before timing
     warm_up_s = time.perf_counter() - start
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_cache:
             save_threads(engine.loaded.fingerprint, engine.runner, sweep)
             apply_threads(engine.loaded.fingerprint, engine.runner, args.threads)  # the rest runs at the chosen count
-    data = full_profile(engine.runner, sizes, prefixes, args.reps)
+    data = full_profile(engine.runner, sizes, prefixes, args.reps, args.max_rows)
     data["model"] = engine.loaded.name
     data["load_s"], data["warm_up_s"] = engine.loaded.load_s, warm_up_s  # warm_up: compiling, with --compile
     data["kernels"] = list(getattr(engine.model, "lopa_kernels", ())) or ["stock"]
@@ -79,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     elif split_sizes:
         data["breakdown"] = breakdown_table(engine.runner, split_sizes, split_prefixes,
                                             data["copy_bandwidth_bytes_per_s"], args.reps)
-    if args.decode_tokens > 0:
+    if args.decode_tokens > 0:  # sized by the surface just measured, as a profiled engine sizes its trees
+        engine.cost = CostModel(data["latency_surface_s"], stepwise=engine.runner.compiled is not None, packed=engine.runner.packs)
         data["step_split"] = step_split(engine, args.decode_prompt, args.decode_tokens)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

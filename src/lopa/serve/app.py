@@ -7,7 +7,6 @@ never touch the model (the scheduler thread owns it).
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from starlette.exceptions import HTTPException
 
 from ..config import GenerationConfig
 from ..errors import InvalidRequestError
+from .guard import Guard
 from .limits import BodyLimit, max_token_chars
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import ChatRequest, CompletionRequest, Reply, UnsupportedField, error_body
@@ -46,6 +46,7 @@ class ServeOptions:
     drain_s: float = 30.0  # how long SIGTERM waits for running requests
     max_body_bytes: int = 8 << 20  # larger request bodies get 413 before they are read
     docs: bool = False  # serve /docs and /openapi.json (off: they are open without a key and load a CDN script)
+    allowed_hosts: tuple[str, ...] = ()  # without an API key: Host names served besides IP addresses and localhost
 
 
 class DrainingServer(uvicorn.Server):
@@ -90,6 +91,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="lopa", lifespan=lifespan, **docs)
     app.add_middleware(BodyLimit, limit=options.max_body_bytes)
+    app.add_middleware(Guard, api_key=options.api_key, allowed_hosts=options.allowed_hosts)
     app.state.scheduler = scheduler
     max_chars = capacity * max_token_chars(engine.tokenizer)  # no prompt of more characters fits the context
 
@@ -116,29 +118,13 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
         """A bug, not the client's fault: still a JSON body, and the server goes on."""
         return _error(500, f"internal error: {exc!r}", "server_error")
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        if options.api_key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {options.api_key}".encode()):
-                return _error(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
-        return await call_next(request)
-
     def _job_config(body, prompt_len: int) -> GenerationConfig:
         wanted = body.limit()
         room = engine.answer_room(prompt_len, wanted, capacity)
-        cfg = GenerationConfig(
+        cfg = GenerationConfig.from_options(
+            body,
             max_new_tokens=wanted or min(DEFAULT_MAX_TOKENS, room),
-            temperature=body.temperature,
-            top_p=body.top_p,
-            seed=body.seed,
-            top_k=body.top_k,
-            repetition_penalty=body.repetition_penalty,
-            presence_penalty=body.presence_penalty,
-            frequency_penalty=body.frequency_penalty,
-            min_tokens=body.min_tokens,
             stop=body.stops(),
-            ignore_eos=body.ignore_eos,
             logprobs=body.logprob_count(),
             method="lopa" if options.parallel else "ar",
         )
@@ -206,10 +192,8 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
                     status = 504 if ev.finish_reason == "timeout" else 500
                     return _error(status, ev.error, "timeout" if status == 504 else "server_error")
                 else:
-                    usage = dict(ev.usage)
-                    forwards = usage.pop("forwards")
-                    lopa = {"forwards": forwards, "tokens_per_forward": usage["completion_tokens"] / forwards}
-                    body = reply.full("".join(text), ev.finish_reason, usage, lopa, logprobs)
+                    lopa = ev.lopa | {"tokens_per_forward": ev.usage["completion_tokens"] / ev.lopa["forwards"]}
+                    body = reply.full("".join(text), ev.finish_reason, ev.usage, lopa, logprobs)
                     return JSONResponse(body, headers=reply.headers)
         finally:
             job.cancelled = True  # no-op when finished; frees the slot when the client left
@@ -225,9 +209,7 @@ def create_app(engine, options: ServeOptions) -> FastAPI:
             elif ev.kind == "error":
                 body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
             else:
-                usage = dict(ev.usage)
-                forwards = usage.pop("forwards")
-                body = reply.chunk("", ev.finish_reason, usage=usage, lopa={"forwards": forwards})
+                body = reply.chunk("", ev.finish_reason, usage=ev.usage, lopa=ev.lopa)
             yield f"data: {json.dumps(body)}\n\n"
             if ev.kind != "step":
                 break

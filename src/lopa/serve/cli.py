@@ -24,6 +24,9 @@ def register(subparsers) -> None:
     serve.add_argument("--api-key", default=None,
                        help="require 'Authorization: Bearer KEY' on /v1/* (visible in the process list: prefer the next two)")
     serve.add_argument("--api-key-file", default=None, metavar="PATH", help="read the key from this file")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="without an API key, also answer requests whose Host is NAME (repeatable; IP addresses and "
+                            "localhost always are; other names are refused against DNS rebinding)")
     serve.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (open without a key)")
     serve.add_argument("--max-body-mb", type=float, default=8.0, help="larger request bodies get 413")
     serve.add_argument("--max-batch", type=int, default=8, help="requests decoded together")
@@ -98,6 +101,7 @@ def run_serve(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         max_body_bytes=int(args.max_body_mb * 2**20),
         docs=args.docs,
+        allowed_hosts=(args.host, *args.allow_host),
     )
     app = in_passing_thread(lambda: build_app(args, options))
     scheduler = app.state.scheduler

@@ -32,14 +32,15 @@ class BodyLimit:
             headers = dict(scope["headers"])
             length = headers.get(b"content-length")
             if length is None and b"chunked" in headers.get(b"transfer-encoding", b""):
-                return await _refuse(send, 411, "send the body with a Content-Length")
+                return await refuse(send, 411, "send the body with a Content-Length")
             if length is not None and (not length.isdigit() or int(length) > self.limit):
-                return await _refuse(send, 413, f"the request body is over {self.limit} bytes")
+                return await refuse(send, 413, f"the request body is over {self.limit} bytes")
         await self.app(scope, receive, send)
 
 
-async def _refuse(send, status: int, message: str) -> None:
-    body = json.dumps(error_body(message)).encode()
+async def refuse(send, status: int, message: str, code: str | None = None) -> None:
+    """Answer with an OpenAI error body and close, before the app sees the request."""
+    body = json.dumps(error_body(message, code=code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -56,6 +56,7 @@ class _Request(BaseModel):
     temperature: float = Field(0.0, ge=0.0, le=2.0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int = Field(0, ge=0)  # vLLM's extra parameter; 0 = off
+    min_p: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)  # vLLM's extra parameter; 0 = off
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, allow_inf_nan=False)  # vLLM's extra parameter
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0, allow_inf_nan=False)

@@ -53,6 +53,7 @@ class Event:
     sources: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict | None = None
+    lopa: dict | None = None  # at the end: lopa's own figures (forwards, the sampling seed)
     error: str | None = None
     logprobs: list[TokenLogprob] | None = None  # the step's tokens', when the request asked for them
 
@@ -322,4 +323,5 @@ class Scheduler:
                 "completion_tokens": completion,
                 "total_tokens": len(job.prompt) + completion,
             }
-            job.sink(Event("done", finish_reason=job.text.finish, usage=usage | {"forwards": forwards}))
+            lopa = {"forwards": forwards} | ({} if job.seq.seed is None else {"seed": job.seq.seed})
+            job.sink(Event("done", finish_reason=job.text.finish, usage=usage, lopa=lopa))

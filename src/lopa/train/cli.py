@@ -20,7 +20,9 @@ def register(subparsers) -> None:
     c.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     c.add_argument("--prompts", type=int, default=8192, help="prompts asked of the sources (fewer remain after deduplication)")
     c.add_argument("--chunk-size", type=int, default=64, help="prompts answered per chunk file")
-    c.add_argument("--batch", type=int, default=16, help="sequences per generate() call")
+    c.add_argument("--batch", type=int, default=32, help="sequences in flight in the engine's batched step")
+    c.add_argument("--dtype", choices=["float32", "bfloat16", "int8"], default="float32",
+                   help="the answering copy's precision (recorded per sequence; the trainer teacher-forces in fp32)")
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--sampled-fraction", type=float, default=0.5, help="share of sampled (not greedy) answers")
     c.add_argument("--temperature", type=float, default=0.8, help="for sampled answers and self-instruct")
@@ -28,7 +30,7 @@ def register(subparsers) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--chunks", type=int, default=None, help="stop after the first N chunks exist (default: all)")
     c.add_argument("--max-minutes", type=float, default=0.0, help="start no chunk after this long (0 = no limit)")
-    c.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
+    c.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS, else all)")
     c.set_defaults(func=_build_corpus)
 
     t = subparsers.add_parser(
@@ -58,16 +60,16 @@ def register(subparsers) -> None:
 def _build_corpus(args: argparse.Namespace) -> int:
     import torch
 
-    from ..models.loading import load_model
+    from ..api import Engine
     from .corpus import CorpusSettings, build_corpus
 
-    torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device, fast=False)  # stock generate(), no lopa layers
+    dtype = getattr(torch, args.dtype) if args.dtype in ("float32", "bfloat16") else args.dtype
+    engine = Engine.from_pretrained(args.model, device=args.device, dtype=dtype, threads=args.threads)
     settings = CorpusSettings(
         prompts=args.prompts, chunk_size=args.chunk_size, batch=args.batch, max_new_tokens=args.max_new_tokens,
         sampled_fraction=args.sampled_fraction, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
     )
-    summary = build_corpus(args.out, loaded.model, loaded.tokenizer, settings, chunks=args.chunks, max_minutes=args.max_minutes)
+    summary = build_corpus(args.out, engine, settings, chunks=args.chunks, max_minutes=args.max_minutes)
     print(json.dumps(summary))
     return 0
 
