@@ -14,7 +14,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from lopa import Engine
-from lopa.train.corpus import CorpusSettings, build_corpus, load_corpus
+from lopa.train.corpus import CorpusSettings, build_corpus, load_corpus, self_instruct
 from lopa.train.sources import read_mo
 
 from .conftest import tiny_llama
@@ -122,6 +122,18 @@ def test_other_settings_refused(tmp_path, setup, locale):
         build_corpus(tmp_path, engine, CorpusSettings(**{**SETTINGS.__dict__, "max_new_tokens": 12}), locale_root=locale)
     wider = CorpusSettings(**{**SETTINGS.__dict__, "batch": 8})  # how fast, not what: a resume may change it
     assert build_corpus(tmp_path, engine, wider, chunks=1, locale_root=locale)["chunks_made"] == 0
+
+
+def test_self_instruct_resumes_with_another_batch(tmp_path, setup, locale):
+    engine, _, _ = setup
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir(), cut.mkdir()
+    requests = self_instruct(engine, SETTINGS, whole, locale)
+    lines = (whole / "self-instruct.jsonl").read_text().splitlines()
+    assert len(lines) >= 2
+    (cut / "self-instruct.jsonl").write_text(lines[0] + "\n" + lines[1][:9])  # stopped in the second batch's write
+    narrower = CorpusSettings(**{**SETTINGS.__dict__, "batch": SETTINGS.batch // 2})
+    assert self_instruct(engine, narrower, cut, locale) == requests
 
 
 def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):

@@ -346,7 +346,8 @@ class Engine:
         **overrides,
     ) -> list[GenerationResult]:
         """Decode many prompts together, up to `max_batch` at a time in one batched forward per step (offline
-        batch inference); each result is what generate() gives that prompt alone. `config`: one for all, or one
+        batch inference), longest prompts first; each result, in the order given, is what generate() gives that
+        prompt alone. `config`: one for all, or one
         per prompt (a seed each, say). `progress`: a progress bar (default: on a terminal, for 8 prompts or more)."""
         many = isinstance(config, (list, tuple))
         if many and len(config) != len(prompts):
@@ -363,7 +364,8 @@ class Engine:
         longest = max(kv_rows(len(ids), cfg.max_new_tokens, self.draft.node_budget) for ids, cfg in zip(encoded, configs))
         runner = self.runner.sibling(slots, longest)
         results: list[GenerationResult | None] = [None] * len(encoded)
-        waiting = deque(range(len(encoded)))
+        # longest prompts first: a step's rows attend over the longest row's keys, so rows of like lengths waste less
+        waiting = deque(sorted(range(len(encoded)), key=lambda i: -len(encoded[i])))
         rows: list[tuple[int, SequenceDecoder, SequenceOutput]] = []  # row i decodes in batch slot i
         show = progress if progress is not None else len(encoded) >= 8 and sys.stderr.isatty()
         with tqdm(total=len(encoded), disable=not show, desc="lopa", unit="prompt") as bar:

@@ -67,6 +67,13 @@ def _write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+def _append_jsonl(path: Path, row: dict) -> None:
+    """Append one line, first ending a line that a stop cut short (it stays one bad line, dropped when read)."""
+    cut = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with path.open("a") as f:
+        f.write(("\n" if cut else "") + json.dumps(row) + "\n")
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     """The complete lines of a JSON-lines file (a line cut short by a stop is dropped)."""
     if not path.exists():
@@ -112,19 +119,24 @@ def producer(engine) -> str:
 
 
 def self_instruct(engine, settings: CorpusSettings, out: Path, locale_root: Path = LOCALE_DIR) -> list[Prompt]:
-    """User requests that the base model writes itself, sampled, a batch at a time."""
+    """User requests that the base model writes itself, sampled (a seed per request), a batch at a time. Lines of
+    self-instruct.jsonl hold consecutive requests from index `batch` on, so a resume with another --batch goes on
+    where the last line ended."""
     seeds = instruct_seeds(round(SHARES["self-instruct"] * settings.prompts), random.Random(settings.seed), locale_root)
     path = out / "self-instruct.jsonl"
-    done = {row["batch"]: row["requests"] for row in _read_jsonl(path)}
-    batches = range(0, len(seeds), settings.batch)
-    for b in tqdm([b for b in batches if b not in done], desc="self-instruct", unit="batch"):
+    done: list[list[str]] = []  # [topic, reply] of requests 0..len(done)-1
+    for row in sorted(_read_jsonl(path), key=lambda r: r["batch"]):
+        if row["batch"] != len(done):
+            raise ValueError(f"{path}: requests from {len(done)} to {row['batch']} are missing")
+        done += row["requests"]
+    for b in tqdm(range(len(done), len(seeds), settings.batch), desc="self-instruct", unit="batch"):
         part = seeds[b : b + settings.batch]
         sampled = [batch_seed(settings.seed, "instruct", b + i) for i in range(len(part))]
         answers = answer(engine, [engine.encode_prompt(s) for _, s in part], sampled, INSTRUCT_TOKENS, settings)
-        done[b] = [[topic, engine.tokenizer.decode(a, skip_special_tokens=True)] for (topic, _), a in zip(part, answers)]
-        with path.open("a") as f:
-            f.write(json.dumps({"batch": b, "requests": done[b]}) + "\n")
-    cleaned = ((topic, clean_request(text)) for b in batches for topic, text in done[b])
+        requests = [[topic, engine.tokenizer.decode(a, skip_special_tokens=True)] for (topic, _), a in zip(part, answers)]
+        _append_jsonl(path, {"batch": b, "requests": requests})
+        done += requests
+    cleaned = ((topic, clean_request(text)) for topic, text in done)
     return [Prompt(text, f"self-instruct:{topic}") for topic, text in cleaned if text]
 
 
