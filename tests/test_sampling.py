@@ -113,6 +113,27 @@ def test_noise_depends_on_seed_and_position_only() -> None:
     assert torch.equal(CoupledSampler(-1).gumbel(3, 50), CoupledSampler(2**64 - 1).gumbel(3, 50))  # seeds mod 2^64
 
 
+def test_top_p_is_transformers_rule_whether_the_head_decides_or_the_full_sort(monkeypatch) -> None:
+    """top_p_cut sorts only the likeliest TOP_P_HEAD tokens of a row when they hold top_p of its mass, the whole row
+    otherwise; either way it must cut what transformers' TopPLogitsWarper cuts."""
+    from transformers import TopPLogitsWarper
+
+    from lopa.decode import sampling
+
+    monkeypatch.setattr(sampling, "TOP_P_HEAD", 32)
+    g = torch.Generator().manual_seed(0)
+    ranks = torch.arange(1, 1001, dtype=torch.float32)
+    peaked = -2.0 * ranks.log() + 0.05 * torch.randn(8, 1000, generator=g)  # Zipf-like, as a language model's rows
+    flat = 0.3 * torch.randn(8, 1000, generator=g)
+    logits = torch.cat([peaked, flat])[torch.randperm(16, generator=g)]
+    for top_p in (0.3, 0.9, 0.95):
+        head_mass = logits.softmax(-1).topk(32).values.sum(-1)
+        assert (head_mass >= top_p).any() and (head_mass < top_p).any()  # both paths run
+        ours = sampling.top_p_cut(logits, top_p)
+        reference = TopPLogitsWarper(top_p)(None, logits.clone())
+        assert torch.equal(ours.isinf(), reference.isinf())
+
+
 def test_min_p_keeps_the_tokens_within_its_ratio_of_the_likeliest() -> None:
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     kept = warp(logits, GenerationConfig(temperature=1.0, min_p=0.25)).isfinite()[0].tolist()
