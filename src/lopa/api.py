@@ -347,8 +347,8 @@ class Engine:
     ) -> list[GenerationResult]:
         """Decode many prompts together, up to `max_batch` at a time in one batched forward per step (offline
         batch inference), longest prompts first; each result, in the order given, is what generate() gives that
-        prompt alone. `config`: one for all, or one
-        per prompt (a seed each, say). `progress`: a progress bar (default: on a terminal, for 8 prompts or more)."""
+        prompt alone. `config`: one for all, or one per prompt (a seed each, say). `progress`: a progress bar
+        (default: on a terminal, for 8 prompts or more)."""
         many = isinstance(config, (list, tuple))
         if many and len(config) != len(prompts):
             raise InvalidRequestError(f"{len(config)} configs for {len(prompts)} prompts")
