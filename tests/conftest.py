@@ -55,10 +55,12 @@ class StockReference:
         if not getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer(text).input_ids
         messages = [{"role": "user", "content": text}]
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
 
     @classmethod
-    def of(cls, engine: Engine) -> "StockReference":
+    def of(cls, engine: Engine) -> StockReference:
         """Load the engine's model again, as stock transformers would."""
         path = engine.loaded.path
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -70,7 +72,11 @@ class StockReference:
         if key not in self._runs:
             ids = self.prompt_ids(text)
             out = self.model.generate(
-                torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False, output_logits=True, return_dict_in_generate=True
+                torch.tensor([ids]),
+                max_new_tokens=new_tokens,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
             self._runs[key] = (ids, out.sequences[0, len(ids) :].tolist(), [step[0] for step in out.logits])
         return self._runs[key]
@@ -85,7 +91,7 @@ class StockReference:
             top2 = torch.topk(logits[step].float(), 2).values
             if float(top2[0] - top2[1]) < TIE:
                 return f"tie@{step}"
-        return f"diverged at step {step}: got {got[step:step + 5]}, want {want[step:step + 5]}"
+        return f"diverged at step {step}: got {got[step : step + 5]}, want {want[step : step + 5]}"
 
 
 @pytest.fixture(scope="session")
@@ -121,9 +127,18 @@ def saved_tiny_llama(path: Path, vocab: int | None = None) -> LoadedModel:
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(None)[1])
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=vocab or len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
-        initializer_range=0.4, eos_token_id=2, bos_token_id=1, pad_token_id=2,
+        vocab_size=vocab or len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        initializer_range=0.4,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=2,
     )
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -36,9 +36,10 @@ def load_prompts() -> list[TestPrompt]:
 ALL = load_prompts()
 BY_ID = {p.id: p for p in ALL}
 # the fast stage: one prompt per kind of work, the first long summary among them
-FAST = [BY_ID[i] for i in ("chat-email", "code-fizz", "code-rename", "extract-table", "translate-de", "qa-bridge", "math-apples")] + [
-    p for p in ALL if p.category == "summarization"
-][:1]
+FAST = [
+    BY_ID[i]
+    for i in ("chat-email", "code-fizz", "code-rename", "extract-table", "translate-de", "qa-bridge", "math-apples")
+] + [p for p in ALL if p.category == "summarization"][:1]
 COPY = [p for p in ALL if p.copy]
 
 

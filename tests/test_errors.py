@@ -91,15 +91,18 @@ def test_cli_json_output_has_the_documented_fields() -> None:
     assert isinstance(data["text"], str) and data["text"]
     assert len(data["token_ids"]) == data["stats"]["new_tokens"] <= 16
     assert 1 <= data["stats"]["forwards"] <= data["stats"]["new_tokens"]  # one forward per step, each emits >= 1 token
-    assert data["stats"]["forwards"] == len(data["stats"]["steps"]) - 1  # the first step's token came from the prefill
+    assert data["stats"]["forwards"] == len(data["stats"]["steps"])  # the prefill's step and each verification
     assert data["seed"] is None  # greedy
-    assert data["stats"]["tokens_per_forward"] == pytest.approx(data["stats"]["new_tokens"] / (data["stats"]["forwards"] + 1))
+    assert data["stats"]["tokens_per_forward"] == pytest.approx(data["stats"]["new_tokens"] / data["stats"]["forwards"])
     assert data["stats"]["wall_s"] > 0
 
 
 def test_cli_error_in_a_subprocess_has_no_traceback() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "lopa", "generate", "hi", "--model", "/no/such/dir"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "lopa", "generate", "hi", "--model", "/no/such/dir"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 2
     assert done.stderr.strip().startswith("lopa: error:") and "Traceback" not in done.stderr
@@ -108,7 +111,9 @@ def test_cli_error_in_a_subprocess_has_no_traceback() -> None:
 def test_stop_strings_eos_and_length(engine: Engine) -> None:
     limited = engine.generate("Count from one to twenty in words.", max_new_tokens=12)
     assert limited.finish_reason == "length" and len(limited.token_ids) == 12
-    stopped = engine.generate("Count from one to twenty in words, separated by commas.", GenerationConfig(max_new_tokens=64, stop=[","]))
+    stopped = engine.generate(
+        "Count from one to twenty in words, separated by commas.", GenerationConfig(max_new_tokens=64, stop=[","])
+    )
     assert stopped.finish_reason == "stop" and "," not in stopped.text
     full = engine.generate("Say only the word yes.", max_new_tokens=64)
     assert full.finish_reason == "stop" and full.token_ids[-1] in engine.eos_ids

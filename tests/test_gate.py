@@ -6,10 +6,12 @@ from itertools import islice
 
 from lopa import Engine
 from lopa.config import DraftConfig, GenerationConfig
+from lopa.decode.batch import decode
 from lopa.decode.cost import CostModel
 from lopa.decode.gate import MAX_GAP, PROBE_EVERY, LookaheadGate
-from lopa.decode.loop import Drafting, SequenceDecoder, decode
+from lopa.decode.loop import Drafting, SequenceDecoder
 from lopa.decode.window import WindowController
+from lopa.draft.base import Drafter
 from lopa.draft.tree import Proposal
 
 from .prompts import ALL
@@ -21,7 +23,12 @@ def _drive(gate: LookaheadGate, rows: int, steps: int, lookahead_rate: float, pl
     for _ in range(steps):
         mode = gate.lookahead(rows)
         chosen.append(mode)
-        gate.observe(rows, mode, rows * 2 if mode else rows, (rows * 2 if mode else rows) / (lookahead_rate if mode else plain_rate))
+        gate.observe(
+            rows,
+            mode,
+            rows * 2 if mode else rows,
+            (rows * 2 if mode else rows) / (lookahead_rate if mode else plain_rate),
+        )
     return chosen
 
 
@@ -57,16 +64,13 @@ def test_a_lucky_probe_does_not_crown_the_losing_mode() -> None:
     assert gate.lookahead(1) is True and gate.sizes[1].leader is True
 
 
-class Counting:
+class Counting(Drafter):
     """A drafter that counts its proposals and observations; it proposes a wrong token."""
 
     source = "counting"
 
     def __init__(self):
         self.proposed = self.observed = 0
-
-    def start(self, prompt):
-        pass
 
     def propose(self, context, max_depth):
         self.proposed += 1

@@ -27,7 +27,9 @@ ONLY = {  # each drafter switched on alone, with a fixed window so the cost mode
 MIN_COPY_TPF = 2.0  # median tokens per forward on the copy-friendly prompts, fixed window
 
 
-def sweep(engine: Engine, stock: StockReference, prompts: list[TestPrompt], new_tokens: int, **kw) -> tuple[list, list, list]:
+def sweep(
+    engine: Engine, stock: StockReference, prompts: list[TestPrompt], new_tokens: int, **kw
+) -> tuple[list, list, list]:
     """Decode every prompt; returns (divergences, results, near-ties) and checks lopa's chat template."""
     failures, results, ties = [], [], []
     for p in prompts:
@@ -57,7 +59,7 @@ def test_lopa_matches_stock_generate(engine: Engine, stock: StockReference) -> N
     failures, results, _ = sweep(engine, stock, FAST, NEW_TOKENS)
     assert not failures, failures
     assert_every_drafter_drafted(results, ["lookup", "pool", "predictor"])
-    ar_forwards = sum(r.stats.new_tokens - 1 for r in results)
+    ar_forwards = sum(r.stats.new_tokens for r in results)
     assert sum(r.stats.forwards for r in results) < 0.8 * ar_forwards, "drafting saved almost no forwards"
 
 
@@ -104,7 +106,7 @@ def test_ar_method_matches_stock_generate(engine: Engine, stock: StockReference)
     """`ar` (lopa's runner, no drafting) is plain decoding: one token per forward, stock's tokens."""
     failures, results, _ = sweep(engine, stock, FAST[:2], NEW_TOKENS, method="ar")
     assert not failures, failures
-    assert all(r.stats.forwards == r.stats.new_tokens - 1 for r in results)
+    assert all(r.stats.forwards == r.stats.new_tokens for r in results)
 
 
 def test_ignore_eos_runs_to_the_limit(engine: Engine) -> None:
@@ -123,13 +125,15 @@ def test_full_prompt_set_matches_stock_generate(defaults: Engine, stock: StockRe
     predictor drafting) against stock generate(); `ar` against stock is the fast stage's."""
     failures, results, _ = sweep(defaults, stock, ALL, 128)
     assert not failures, failures
-    assert sum(r.stats.forwards for r in results) < sum(r.stats.new_tokens - 1 for r in results)  # drafts were accepted
+    assert sum(r.stats.forwards for r in results) < sum(r.stats.new_tokens for r in results)  # drafts were accepted
 
 
 @pytest.mark.slow
 def test_gemma3_greedy_matches_stock_generate() -> None:
     """Gemma 3: sliding-window layers; the summaries exceed its 512-token window."""
-    engine = Engine.from_pretrained("gemma3-270m", draft=DraftConfig(always_draft=True), profile=False)  # trees as large as the budget
+    engine = Engine.from_pretrained(
+        "gemma3-270m", draft=DraftConfig(always_draft=True), profile=False
+    )  # trees as large as the budget
     stock = StockReference.of(engine)
     prompts = [p for p in ALL if p.category in ("summarization", "coding")][:4]
     failures, results, _ = sweep(engine, stock, prompts, 64)
@@ -167,8 +171,10 @@ def test_min_tokens_holds_back_the_end_exactly(engine: Engine, stock: StockRefer
     assert lopa.token_ids == engine.generate("Say hi.", max_new_tokens=48, min_tokens=30, method="ar").token_ids
     assert len(lopa.token_ids) >= 30
     ids = torch.tensor([stock.prompt_ids("Say hi.")])
-    want = stock.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, min_new_tokens=30, do_sample=False)
-    assert lopa.token_ids == want[0, ids.shape[1]:].tolist()
+    want = stock.model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, min_new_tokens=30, do_sample=False
+    )
+    assert lopa.token_ids == want[0, ids.shape[1] :].tolist()
 
 
 def test_logprobs_are_plain_decodings_log_softmax(engine: Engine, stock: StockReference) -> None:

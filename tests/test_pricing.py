@@ -7,10 +7,12 @@ from itertools import islice
 
 from lopa import Engine
 from lopa.config import DraftConfig, GenerationConfig
+from lopa.decode.batch import decode
 from lopa.decode.cost import CostModel
-from lopa.decode.loop import Drafting, SequenceDecoder, decode
+from lopa.decode.loop import Drafting, SequenceDecoder
 from lopa.decode.pricing import MAX_IDLE, MEASURED, PROBE_EVERY, DraftPricing
 from lopa.decode.window import WindowController
+from lopa.draft.base import Drafter
 from lopa.draft.tree import Proposal
 
 from .prompts import ALL
@@ -18,7 +20,7 @@ from .prompts import ALL
 PROMPT = ALL[2].text
 
 
-class Slow:
+class Slow(Drafter):
     """A drafter that takes `seconds` per proposal and is always wrong; `calls` gets each proposal's context length."""
 
     source = "slow"
@@ -26,16 +28,10 @@ class Slow:
     def __init__(self, seconds: float, calls: list[int]):
         self.seconds, self.calls = seconds, calls
 
-    def start(self, prompt):
-        pass
-
     def propose(self, context, max_depth):
         self.calls.append(len(context))
         time.sleep(self.seconds)
         return [Proposal([0] * min(3, max_depth), [0.99] * min(3, max_depth), self.source)]
-
-    def observe(self, feedback):
-        pass
 
 
 def _run(
@@ -153,7 +149,9 @@ def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine)
     """A slow drafter must not make its own time look cheap by slowing the steps the rate is measured on."""
     drafting = Drafting([Slow(0.3, [])], WindowController(4), DraftConfig())
     cost = CostModel.flat()
-    seq = SequenceDecoder(engine.tokenizer(PROMPT).input_ids, GenerationConfig(max_new_tokens=4), engine.eos_ids, drafting)
+    seq = SequenceDecoder(
+        engine.tokenizer(PROMPT).input_ids, GenerationConfig(max_new_tokens=4), engine.eos_ids, drafting
+    )
     steps = decode(engine.runner.sibling(1, 1), seq, cost)
     _, record = islice(steps, 2)  # the prefill's token, then one step: unmeasured, every drafter proposes
     assert record.draft_s >= 0.3

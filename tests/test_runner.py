@@ -133,7 +133,10 @@ def test_static_cache_is_allocated_once_and_decodes_losslessly(engine: Engine) -
     assert static.generate(prompt, max_new_tokens=48).token_ids == want
     buffers = static.runner.buffers[0][0]
     assert static.runner.capacity == 512 and static.runner.offset is not None
-    assert static.generate("Hi.", max_new_tokens=8, method="ar").token_ids == engine.generate("Hi.", max_new_tokens=8, method="ar").token_ids
+    assert (
+        static.generate("Hi.", max_new_tokens=8, method="ar").token_ids
+        == engine.generate("Hi.", max_new_tokens=8, method="ar").token_ids
+    )
     assert static.runner.buffers[0][0] is buffers
     with pytest.raises(InvalidRequestError, match="static cache holds 512"):
         static.runner.reserve(600)

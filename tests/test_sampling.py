@@ -13,7 +13,7 @@ batched, served) is tests/test_seeded.py.
 from __future__ import annotations
 
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -21,9 +21,11 @@ import torch
 from scipy.stats import chi2, chisquare, ncx2
 
 from lopa import DraftConfig, Engine, GenerationConfig
-from lopa.decode.loop import Drafting, SequenceDecoder, decode
+from lopa.decode.batch import decode
+from lopa.decode.loop import Drafting, SequenceDecoder
 from lopa.decode.sampling import CoupledSampler, warp
 from lopa.decode.window import WindowController
+from lopa.draft.base import Drafter
 from lopa.draft.tree import Proposal
 from lopa.models.runner import Runner
 
@@ -142,7 +144,7 @@ def test_min_p_keeps_the_tokens_within_its_ratio_of_the_likeliest() -> None:
         GenerationConfig(min_p=1.5).validate()
 
 
-class SiblingDrafter:
+class SiblingDrafter(Drafter):
     """Drafts from the target's own likeliest tokens: 3 siblings, 2 children each, 1 grandchild, every step."""
 
     source = "test"
@@ -150,21 +152,15 @@ class SiblingDrafter:
     def __init__(self, model: torch.nn.Module):
         self.model = model
 
-    @lru_cache(maxsize=None)
+    @cache  # noqa: B019 - one drafter per test
     def _top(self, context: tuple[int, ...], k: int) -> list[int]:
         with torch.no_grad():
             return torch.topk(self.model(torch.tensor([context])).logits[0, -1], k).indices.tolist()
-
-    def start(self, prompt):
-        pass
 
     def propose(self, context, max_depth):
         ctx = tuple(context)
         chains = [[a, b, self._top(ctx + (a, b), 1)[0]] for a in self._top(ctx, 3) for b in self._top(ctx + (a,), 2)]
         return [Proposal(c[:max_depth], [0.9] * min(3, max_depth), self.source) for c in chains]
-
-    def observe(self, feedback):
-        pass
 
 
 def sample(model, prompt: list[int], cfg: GenerationConfig, drafter=None) -> tuple[list[int], int]:

@@ -18,7 +18,14 @@ PROMPTS = [p.text for p in ALL if not p.id.startswith("summary-")]  # tests/data
 NEW_TOKENS = 12
 SETTINGS = {
     "t0.7": {"temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.1, "seed": 11},
-    "t1.0": {"temperature": 1.0, "top_p": 0.95, "min_p": 0.02, "presence_penalty": 0.5, "frequency_penalty": 0.2, "seed": 12},
+    "t1.0": {
+        "temperature": 1.0,
+        "top_p": 0.95,
+        "min_p": 0.02,
+        "presence_penalty": 0.5,
+        "frequency_penalty": 0.2,
+        "seed": 12,
+    },
 }
 
 
@@ -26,8 +33,10 @@ SETTINGS = {
 def plain(engine: Engine) -> dict[str, list[list[int]]]:
     """Seeded plain decoding of every prompt under each setting: the reference."""
     assert len(PROMPTS) == 20
-    return {name: [engine.generate(p, max_new_tokens=NEW_TOKENS, method="ar", **s).token_ids for p in PROMPTS]
-            for name, s in SETTINGS.items()}
+    return {
+        name: [engine.generate(p, max_new_tokens=NEW_TOKENS, method="ar", **s).token_ids for p in PROMPTS]
+        for name, s in SETTINGS.items()
+    }
 
 
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
@@ -48,5 +57,7 @@ def test_seeded_batches_of_eight_with_real_defaults_equal_seeded_plain(defaults:
 
 
 def test_sampling_at_another_seed_gives_other_answers(engine: Engine, plain) -> None:
-    other = [engine.generate(p, max_new_tokens=NEW_TOKENS, **{**SETTINGS["t1.0"], "seed": 13}).token_ids for p in PROMPTS[:4]]
+    other = [
+        engine.generate(p, max_new_tokens=NEW_TOKENS, **{**SETTINGS["t1.0"], "seed": 13}).token_ids for p in PROMPTS[:4]
+    ]
     assert sum(a != b for a, b in zip(other, plain["t1.0"])) >= 3

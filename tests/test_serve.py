@@ -15,7 +15,7 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the servers inherit it: never oversubscribe the shared CPU
 
-from lopa.serve.bench import ServerProcess  # noqa: E402
+from lopa.bench.serve import ServerProcess  # noqa: E402
 
 KEY = "test-key"
 PROMPTS = [
@@ -39,7 +39,12 @@ def server():
 @pytest.fixture(scope="module")
 def strict():
     """One slot, one queue place, a short timeout and an API key."""
-    srv = ServerProcess(["--max-queue", "1", "--timeout", "10", "--api-key", KEY, "--drain", "60", "--max-context", "8192"], None, max_batch=1, timeout=180.0)
+    srv = ServerProcess(
+        ["--max-queue", "1", "--timeout", "10", "--api-key", KEY, "--drain", "60", "--max-context", "8192"],
+        None,
+        max_batch=1,
+        timeout=180.0,
+    )
     yield srv
     if srv.proc.poll() is None:
         srv.stop()
@@ -59,12 +64,16 @@ def test_chat_matches_engine_and_streams(server, engine):
 
     solo = engine.generate(PROMPTS[0], max_new_tokens=24)
     client = OpenAI(base_url=server.url + "/v1", api_key="unused")
-    reply = client.chat.completions.create(model="lopa", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24)
+    reply = client.chat.completions.create(
+        model="lopa", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24
+    )
     assert reply.choices[0].message.content == solo.text
     assert reply.usage.completion_tokens == len(solo.token_ids)
     assert reply.choices[0].finish_reason == solo.finish_reason
     pieces = []
-    for chunk in client.chat.completions.create(model="lopa", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24, stream=True):
+    for chunk in client.chat.completions.create(
+        model="lopa", messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=24, stream=True
+    ):
         if chunk.choices and chunk.choices[0].delta.content:
             pieces.append(chunk.choices[0].delta.content)
     assert "".join(pieces) == solo.text
@@ -91,7 +100,10 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
     engine's solo one (greedy lopa; seeded plain decoding), and seeds are reported."""
     sampling = {"temperature": 1.0, "top_p": 0.95, "min_p": 0.02, "frequency_penalty": 0.3}
     asks = [{} if i % 2 == 0 else {"seed": i, **sampling} for i in range(len(PROMPTS))]
-    solo = [engine.generate(p, max_new_tokens=24, method="ar" if ask else "lopa", **ask).text for p, ask in zip(PROMPTS, asks)]
+    solo = [
+        engine.generate(p, max_new_tokens=24, method="ar" if ask else "lopa", **ask).text
+        for p, ask in zip(PROMPTS, asks)
+    ]
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
         replies = [r.json() for r in pool.map(lambda p_ask: chat(server.url, p_ask[0], **p_ask[1]), zip(PROMPTS, asks))]
     assert [r["choices"][0]["message"]["content"] for r in replies] == solo
@@ -130,7 +142,11 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
         ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, 422, None),  # needs logprobs: true
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 422, "top_logprobs"),
         ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, 400, "tools"),
-        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}, 400, "response_format"),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+            400,
+            "response_format",
+        ),
         ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 3}, 422, "presence_penalty"),
         ({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1}}, 400, "logit_bias"),
         ({"messages": [{"role": "user", "content": "hi"}] * 600}, 422, "messages"),
@@ -140,7 +156,11 @@ def test_concurrent_clients_equal_solo_outputs(server, engine):
 )
 def test_bad_input_gets_openai_error(server, body, status, param):
     kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
-    path = "/v1/completions" if b"prompt" in (body if isinstance(body, bytes) else json.dumps(body).encode()) else "/v1/chat/completions"
+    path = (
+        "/v1/completions"
+        if b"prompt" in (body if isinstance(body, bytes) else json.dumps(body).encode())
+        else "/v1/chat/completions"
+    )
     resp = httpx.post(server.url + path, timeout=60.0, headers={"content-type": "application/json"}, **kwargs)
     assert resp.status_code == status
     error = resp.json()["error"]
@@ -150,21 +170,38 @@ def test_bad_input_gets_openai_error(server, body, status, param):
 def test_fields_people_use_are_honoured(server, engine):
     """Accepted without effect: OpenAI's "off" values, unknown fields, stream_options; honoured: top_k,
     repetition_penalty (vLLM's extras) and the developer role (a system message to the template)."""
-    body = {"prompt": PROMPTS[1], "max_tokens": 12, "logprobs": None, "presence_penalty": 0, "user": "u1",
-            "stream_options": {"include_usage": True}, "model": "lopa"}
+    body = {
+        "prompt": PROMPTS[1],
+        "max_tokens": 12,
+        "logprobs": None,
+        "presence_penalty": 0,
+        "user": "u1",
+        "stream_options": {"include_usage": True},
+        "model": "lopa",
+    }
     resp = httpx.post(server.url + "/v1/completions", json=body, timeout=120.0)
     assert resp.status_code == 200 and resp.headers["x-request-id"] == resp.json()["id"]
     penalties = {"repetition_penalty": 1.3, "top_k": 5, "presence_penalty": 0.4, "frequency_penalty": 0.3}
     penalised = engine.generate(PROMPTS[1], max_new_tokens=12, chat=False, **penalties).text
     body = {"prompt": PROMPTS[1], "max_tokens": 12, **penalties}
-    assert httpx.post(server.url + "/v1/completions", json=body, timeout=120.0).json()["choices"][0]["text"] == penalised
+    assert (
+        httpx.post(server.url + "/v1/completions", json=body, timeout=120.0).json()["choices"][0]["text"] == penalised
+    )
     long = engine.generate(PROMPTS[2], max_new_tokens=40, min_tokens=30).text
     assert chat(server.url, PROMPTS[2], 40, min_tokens=30).json()["choices"][0]["message"]["content"] == long
     assert chat(server.url, PROMPTS[2], 20, min_tokens=30).status_code == 400  # more than max_tokens
-    developer = chat(server.url, PROMPTS[2], 12, messages=[{"role": "developer", "content": "Answer briefly."},
-                                                           {"role": "user", "content": PROMPTS[2]}])
-    system = chat(server.url, PROMPTS[2], 12, messages=[{"role": "system", "content": "Answer briefly."},
-                                                        {"role": "user", "content": PROMPTS[2]}])
+    developer = chat(
+        server.url,
+        PROMPTS[2],
+        12,
+        messages=[{"role": "developer", "content": "Answer briefly."}, {"role": "user", "content": PROMPTS[2]}],
+    )
+    system = chat(
+        server.url,
+        PROMPTS[2],
+        12,
+        messages=[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": PROMPTS[2]}],
+    )
     assert developer.status_code == 200 and developer.json()["choices"][0] == system.json()["choices"][0]
 
 
@@ -181,11 +218,14 @@ def test_logprobs_are_the_engines_streamed_or_not(server, engine):
     body = {"messages": [{"role": "user", "content": PROMPTS[4]}], "max_tokens": 16, "logprobs": True, "stream": True}
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as streamed:
         chunks = [json.loads(e) for e in sse(streamed)[:-1]]
-    streamed_lp = [e["logprob"] for c in chunks if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]]
+    streamed_lp = [
+        e["logprob"] for c in chunks if c["choices"][0]["logprobs"] for e in c["choices"][0]["logprobs"]["content"]
+    ]
     assert streamed_lp == pytest.approx([x.logprob for x in want.logprobs], abs=1e-4)
     plain = engine.generate(PROMPTS[4], max_new_tokens=8, logprobs=1, chat=False)
-    legacy = httpx.post(server.url + "/v1/completions", json={"prompt": PROMPTS[4], "max_tokens": 8, "logprobs": 1},
-                        timeout=120.0).json()["choices"][0]["logprobs"]
+    legacy = httpx.post(
+        server.url + "/v1/completions", json={"prompt": PROMPTS[4], "max_tokens": 8, "logprobs": 1}, timeout=120.0
+    ).json()["choices"][0]["logprobs"]
     assert legacy["token_logprobs"] == pytest.approx([x.logprob for x in plain.logprobs], abs=1e-4)
     assert legacy["text_offset"][0] == 0 and legacy["text_offset"][1] == len(legacy["tokens"][0])
     assert all(len(top) == 1 for top in legacy["top_logprobs"])
@@ -193,7 +233,9 @@ def test_logprobs_are_the_engines_streamed_or_not(server, engine):
 
 
 def test_bodies_are_bounded_before_they_are_read(server):
-    big = httpx.post(server.url + "/v1/completions", content=b"x" * (9 << 20), headers={"content-type": "application/json"})
+    big = httpx.post(
+        server.url + "/v1/completions", content=b"x" * (9 << 20), headers={"content-type": "application/json"}
+    )
     assert big.status_code == 413 and big.json()["error"]["message"]
     chunked = httpx.post(server.url + "/v1/completions", content=iter([b'{"prompt": "hi"}']))
     assert chunked.status_code == 411
@@ -210,7 +252,10 @@ def test_multi_token_stop_strings_cut_exactly(server, engine):
     for stop in (" ".join(words[4:6]), " ".join(words[10:13]), words[8][:3]):
         want = plain[: plain.find(stop)]
         resp = chat(server.url, PROMPTS[3], 60, stop=[stop])
-        assert resp.json()["choices"][0]["message"]["content"] == want and resp.json()["choices"][0]["finish_reason"] == "stop"
+        assert (
+            resp.json()["choices"][0]["message"]["content"] == want
+            and resp.json()["choices"][0]["finish_reason"] == "stop"
+        )
         body = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 60, "stop": stop, "stream": True}
         with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=120.0) as streamed:
             chunks = [json.loads(e) for e in sse(streamed)[:-1]]
@@ -221,8 +266,15 @@ def test_models_health_metrics_and_unknown_path(server):
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["object"] == "model"
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
     metrics = httpx.get(server.url + "/metrics").text
-    for name in ("lopa_requests_total", "lopa_generated_tokens_total", "lopa_tokens_per_forward", "lopa_queue_depth",
-                 "lopa_request_latency_seconds_bucket", "lopa_time_to_first_token_seconds_bucket", "process_resident_memory_bytes"):
+    for name in (
+        "lopa_requests_total",
+        "lopa_generated_tokens_total",
+        "lopa_tokens_per_forward",
+        "lopa_queue_depth",
+        "lopa_request_latency_seconds_bucket",
+        "lopa_time_to_first_token_seconds_bucket",
+        "process_resident_memory_bytes",
+    ):
         assert name in metrics
     missing = httpx.get(server.url + "/v1/nothing")
     assert missing.status_code == 404 and "error" in missing.json()
@@ -230,7 +282,7 @@ def test_models_health_metrics_and_unknown_path(server):
 
 def cancelled(url: str) -> int:
     """Requests the server counted as cancelled (their client left)."""
-    line = [l for l in httpx.get(url + "/metrics").text.splitlines() if 'outcome="cancelled"' in l]
+    line = [x for x in httpx.get(url + "/metrics").text.splitlines() if 'outcome="cancelled"' in x]
     return int(float(line[0].split()[1])) if line else 0
 
 
@@ -281,7 +333,12 @@ def test_the_guard_parses_hosts_and_takes_allowed_names() -> None:
     from lopa.serve.guard import Guard, host_name
 
     assert [host_name(h) for h in ("[::1]:8000", "LocalHost:80", "a.example.", "::1", "10.0.0.2")] == [
-        "::1", "localhost", "a.example", "::1", "10.0.0.2"]
+        "::1",
+        "localhost",
+        "a.example",
+        "::1",
+        "10.0.0.2",
+    ]
     app = Guard(Starlette(routes=[Route("/", lambda r: PlainTextResponse("ok"))]), None, ["box.lan"])
     assert TestClient(app, base_url="http://box.lan:8000").get("/").status_code == 200
     assert TestClient(app, base_url="http://10.1.2.3:8000").get("/").status_code == 200
@@ -302,7 +359,10 @@ def test_empty_api_key_is_refused_at_start(tmp_path, capsys, monkeypatch):
 
 def test_auth(server, strict):
     assert chat(strict.url, "hi", 4).status_code == 401
-    assert chat(strict.url, "hi", 4, headers={"Authorization": "Bearer wrong"}).json()["error"]["code"] == "invalid_api_key"
+    assert (
+        chat(strict.url, "hi", 4, headers={"Authorization": "Bearer wrong"}).json()["error"]["code"]
+        == "invalid_api_key"
+    )
     assert chat(strict.url, "hi", 4, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
     assert httpx.get(strict.url + "/health").status_code == 200  # health and metrics stay open
     assert chat(server.url, "hi", 4).status_code == 200  # no key configured: no auth
@@ -311,14 +371,22 @@ def test_auth(server, strict):
 def test_full_queue_and_timeout(strict):
     auth = {"Authorization": f"Bearer {KEY}"}
     # ignore_eos: the answer outlasts the 10 s timeout however soon the model would have ended it
-    long = {"messages": [{"role": "user", "content": PROMPTS[3]}], "max_tokens": 8000, "stream": True, "ignore_eos": True}
+    long = {
+        "messages": [{"role": "user", "content": PROMPTS[3]}],
+        "max_tokens": 8000,
+        "stream": True,
+        "ignore_eos": True,
+    }
     with httpx.Client(timeout=60.0, headers=auth) as client:
         with client.stream("POST", strict.url + "/v1/chat/completions", json=long) as running:
             lines = running.iter_lines()
             next(lines)  # decoding: the one slot is taken
             queued: list[httpx.Response] = []
-            waiting = threading.Thread(target=lambda: queued.append(
-                client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False})))
+            waiting = threading.Thread(
+                target=lambda: queued.append(
+                    client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False})
+                )
+            )
             waiting.start()
             deadline = time.monotonic() + 10
             while "lopa_queue_depth 1" not in client.get(strict.url + "/metrics").text and time.monotonic() < deadline:
@@ -326,7 +394,9 @@ def test_full_queue_and_timeout(strict):
             rejected = client.post(strict.url + "/v1/chat/completions", json={**long, "stream": False})
             assert rejected.status_code == 429 and rejected.headers["retry-after"]
             assert rejected.json()["error"]["type"] == "rate_limit_error"
-            events = [line[6:] for line in lines if line.startswith("data: ")]  # the 10 s timeout ends it with an error event
+            events = [
+                line[6:] for line in lines if line.startswith("data: ")
+            ]  # the 10 s timeout ends it with an error event
             assert json.loads(events[-2])["error"]["type"] == "timeout" and events[-1] == "[DONE]"
             waiting.join(30)
     # the queued request's 10 s ran out too (queueing counts): its own 504, not a hang or a 5xx of another kind
@@ -345,7 +415,10 @@ def test_sigterm_drains_and_exits(strict):
     assert strict.proc.wait(60) == 0
 
 
-@pytest.mark.skipif(not shutil.which("chromium") or not shutil.which("chromedriver"), reason="optional capability: chromium and chromedriver not installed (.ci/run installs them)")
+@pytest.mark.skipif(
+    not shutil.which("chromium") or not shutil.which("chromedriver"),
+    reason="optional capability: chromium and chromedriver not installed (.ci/run installs them)",
+)
 def test_web_page_streams_coloured_tokens(server, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -354,9 +427,18 @@ def test_web_page_streams_coloured_tokens(server, tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
     try:

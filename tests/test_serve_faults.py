@@ -35,7 +35,7 @@ def app(engine):
 
 def test_a_failing_forward_fails_its_batch_and_serving_goes_on(app, engine):
     scheduler = app.state.scheduler
-    scheduler.runner.verify, calls = failing_verify(scheduler.runner.verify, lambda n: n == 3)
+    scheduler.batch.runner.verify, calls = failing_verify(scheduler.batch.runner.verify, lambda n: n == 3)
     with TestClient(app, base_url="http://localhost") as client:
         with ThreadPoolExecutor(4) as pool:
             replies = list(pool.map(lambda _: client.post("/v1/completions", json=BODY), range(4)))
@@ -50,7 +50,7 @@ def test_a_failing_forward_fails_its_batch_and_serving_goes_on(app, engine):
 
 def test_a_broken_engine_is_reported_and_refuses_work(app):
     scheduler = app.state.scheduler
-    scheduler.runner.verify, _ = failing_verify(scheduler.runner.verify, lambda n: True)
+    scheduler.batch.runner.verify, _ = failing_verify(scheduler.batch.runner.verify, lambda n: True)
     failures = []
     scheduler.on_failure = failures.append
     with TestClient(app, base_url="http://localhost") as client:

@@ -17,19 +17,50 @@ from hypothesis import strategies as st
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the server inherits it: never oversubscribe the shared CPU
 
-from lopa.serve.bench import ServerProcess  # noqa: E402
+from lopa.bench.serve import ServerProcess  # noqa: E402
 
 FIELDS = (
-    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop", "seed", "stream", "n",
-    "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
-    "messages", "prompt", "stream_options", "ignore_eos", "tools", "response_format", "logit_bias", "user", "x-unknown",
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "stream",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_tokens",
+    "messages",
+    "prompt",
+    "stream_options",
+    "ignore_eos",
+    "tools",
+    "response_format",
+    "logit_bias",
+    "user",
+    "x-unknown",
 )
 LENGTHS = ("max_tokens", "max_completion_tokens", "min_tokens")
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**80), 2**80), st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=40), st.lists(st.one_of(st.integers(), st.text(max_size=8)), max_size=6),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**80), 2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=40),
+    st.lists(st.one_of(st.integers(), st.text(max_size=8)), max_size=6),
     st.dictionaries(st.text(max_size=8), st.one_of(st.integers(), st.text(max_size=8)), max_size=3),
-    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "tool", ""]), "content": st.text(max_size=20)}), max_size=3),
+    st.lists(
+        st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "system", "tool", ""]), "content": st.text(max_size=20)}
+        ),
+        max_size=3,
+    ),
 )
 
 
@@ -60,21 +91,26 @@ def test_any_field_value_gets_an_answer_or_a_json_4xx(server, field, value, chat
     assert_answered(httpx.post(server.url + path, json=base(chat) | {field: value}, timeout=60.0))
 
 
-@pytest.mark.parametrize("body", [
-    b'{"prompt": "hi", "max_tokens": 2, "top_p": Infinity}',
-    b'{"prompt": "hi", "max_tokens": 2, "temperature": -Infinity}',
-    b'{"prompt": "hi", "max_tokens": 1e400}',
-    b'{"prompt": "hi", "max_tokens": 2, "seed": 1' + b"0" * 5000 + b"}",
-    b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
-    b'{"prompt": "\\ud800", "max_tokens": 2}',
-    b'{"prompt": "hi", "stop": [' + b",".join([b'"x"'] * 20_000) + b"]}",
-    b"\xff\xfe not utf-8",
-    b"",
-    b"[]",
-    b"null",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"prompt": "hi", "max_tokens": 2, "top_p": Infinity}',
+        b'{"prompt": "hi", "max_tokens": 2, "temperature": -Infinity}',
+        b'{"prompt": "hi", "max_tokens": 1e400}',
+        b'{"prompt": "hi", "max_tokens": 2, "seed": 1' + b"0" * 5000 + b"}",
+        b'{"prompt": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+        b'{"prompt": "\\ud800", "max_tokens": 2}',
+        b'{"prompt": "hi", "stop": [' + b",".join([b'"x"'] * 20_000) + b"]}",
+        b"\xff\xfe not utf-8",
+        b"",
+        b"[]",
+        b"null",
+    ],
+)
 def test_malformed_bodies_get_a_json_4xx(server, body):
-    resp = httpx.post(server.url + "/v1/completions", content=body, headers={"content-type": "application/json"}, timeout=60.0)
+    resp = httpx.post(
+        server.url + "/v1/completions", content=body, headers={"content-type": "application/json"}, timeout=60.0
+    )
     assert resp.status_code != 200 or json.loads(body).get("prompt") == "\ud800"
     assert_answered(resp)
 

@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the server inherits it: never oversubscribe the shared CPU
 
-from lopa.serve.bench import CLIENT_KINDS, ServerProcess, load_run, run_level  # noqa: E402
+from lopa.bench.serve import CLIENT_KINDS, ServerProcess, load_run, run_level  # noqa: E402
 
 from .test_serve import PROMPTS  # noqa: E402
 

@@ -91,8 +91,10 @@ def test_troff_to_text_mdoc_macros():
 
 def test_split_documents_keeps_to_the_bounds():
     rng = random.Random(0)
-    sections = [(f"PART {s}", "\n\n".join(" ".join(["word"] * rng.randint(5, 400)) for _ in range(rng.randint(1, 8))))
-                for s in range(40)]
+    sections = [
+        (f"PART {s}", "\n\n".join(" ".join(["word"] * rng.randint(5, 400)) for _ in range(rng.randint(1, 8))))
+        for s in range(40)
+    ]
     sections.append(("HUGE", "x" * 20000 + "\n" + "y " * 4000))  # a line longer than a document, and a long paragraph
     documents = manpages.split_documents(sections)
     assert len(documents) > 10
@@ -162,7 +164,9 @@ def snippets():
 
 def test_stdlib_snippets_compile_and_are_tagged(snippets):
     for module, name, code in snippets:
-        assert module in codetasks.CODE_MODULES and codetasks.SNIPPET_CHARS[0] <= len(code) <= codetasks.SNIPPET_CHARS[1]
+        assert (
+            module in codetasks.CODE_MODULES and codetasks.SNIPPET_CHARS[0] <= len(code) <= codetasks.SNIPPET_CHARS[1]
+        )
         assert isinstance(ast.parse(code).body[0], (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)), name
     prompts = codetasks.code_prompts(random.Random(0))
     assert len(prompts) > 5 * len(snippets)
@@ -199,21 +203,33 @@ def test_translation_goes_both_ways(locale_root):
     for p in prompts:
         sentence = re.search(r"number \d+ |remove %s", p.text).group(0)
         languages.setdefault(sentence, set()).update(set(p.source.removeprefix("translate:").split("->")) - {"en"})
-    assert len(languages) == 31 and all(len(codes) == 2 for codes in languages.values())  # into one, back from the other
+    assert len(languages) == 31 and all(
+        len(codes) == 2 for codes in languages.values()
+    )  # into one, back from the other
     assert sources.translation_prompts(random.Random(0), locale_root) == prompts
 
 
 def test_mix_is_deterministic_deduplicated_and_shared(locale_root, man_root, snippets):
-    requests = [Prompt(text, "self-instruct:gardening") for i in range(40)
-                for text in (f"Request number {i} about gardening", f"  request NUMBER {i} about   gardening")]
+    requests = [
+        Prompt(text, "self-instruct:gardening")
+        for i in range(40)
+        for text in (f"Request number {i} about gardening", f"  request NUMBER {i} about   gardening")
+    ]
     count = 200
     prompts = sources.mix(count, 3, requests, locale_root, man_root)
     assert prompts == sources.mix(count, 3, requests, locale_root, man_root)
     assert prompts != sources.mix(count, 4, requests, locale_root, man_root)
     assert len({sources.normalised(p.text) for p in prompts}) == len(prompts)
     kinds = Counter(p.source.split(":")[0] for p in prompts)
-    pools = {"prompts.py": "prompts.py", "locale": "locale", "translation": "translate", "pydoc": "pydoc",
-             "manpages": "man", "stdlib-code": "stdlib", "self-instruct": "self-instruct"}
+    pools = {
+        "prompts.py": "prompts.py",
+        "locale": "locale",
+        "translation": "translate",
+        "pydoc": "pydoc",
+        "manpages": "man",
+        "stdlib-code": "stdlib",
+        "self-instruct": "self-instruct",
+    }
     assert set(pools) == set(sources.SHARES) and sum(sources.SHARES.values()) == pytest.approx(1)
     for pool, tag in pools.items():
         assert abs(kinds[tag] - sources.SHARES[pool] * count) <= 1, (pool, kinds)

@@ -10,8 +10,10 @@ from transformers import AutoTokenizer
 from lopa.models.loading import resolve_model_dir
 from lopa.text import TextStream
 
-SAMPLE = ("Hello ENDless world. Ünïcödé, 日本語 and emoji 🙂🚀 END of story; "
-          "def f(x):\n    return x * 2  # STOP here? no, STOPPED.\n")
+SAMPLE = (
+    "Hello ENDless world. Ünïcödé, 日本語 and emoji 🙂🚀 END of story; "
+    "def f(x):\n    return x * 2  # STOP here? no, STOPPED.\n"
+)
 
 
 class Chars:
@@ -64,7 +66,9 @@ def test_pieces_equal_plain_decoding_cut_at_the_first_stop_string(tokenizer, dat
     decode(all ids) cut before the first stop string."""
     ids = tokenizer(SAMPLE, add_special_tokens=False).input_ids
     text = tokenizer.decode(ids, skip_special_tokens=True)
-    stops = data.draw(st.lists(st.sampled_from(["END", "STOP", "\n    ", "🚀", "日本", "zzz", ". Ü", "x * 2"]), max_size=3))
+    stops = data.draw(
+        st.lists(st.sampled_from(["END", "STOP", "\n    ", "🚀", "日本", "zzz", ". Ü", "x * 2"]), max_size=3)
+    )
     cuts = sorted(data.draw(st.lists(st.integers(1, len(ids) - 1), max_size=12, unique=True)))
     steps = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)])]
     stream = TextStream(tokenizer, stops, eos_ids=set())

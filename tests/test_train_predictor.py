@@ -41,8 +41,15 @@ def tiny_predictor_dir(tiny, tmp_path_factory) -> Path:
     aux = default_aux_layers(tiny.model.config.num_hidden_layers)
     out = tmp_path_factory.mktemp("tiny-predictor")
     settings = PredictorSettings(epochs=20, batch_size=8, lr=3e-3, ttt_steps=2)
-    train_predictor(tiny.model, teacher_force(tiny.model, sequences, aux), aux_layers=aux, draft_vocab_size=64,
-                    intermediate_size=64, settings=settings, out=out)
+    train_predictor(
+        tiny.model,
+        teacher_force(tiny.model, sequences, aux),
+        aux_layers=aux,
+        draft_vocab_size=64,
+        intermediate_size=64,
+        settings=settings,
+        out=out,
+    )
     return out
 
 
@@ -55,7 +62,10 @@ def test_seeded_sampling_with_the_predictor_equals_plain(tiny, tiny_predictor_di
     hits = 0
     for seed in range(60):
         lopa = engine.generate(PROMPT, max_new_tokens=12, temperature=1.0, seed=seed)
-        assert lopa.token_ids == engine.generate(PROMPT, max_new_tokens=12, temperature=1.0, seed=seed, method="ar").token_ids
+        assert (
+            lopa.token_ids
+            == engine.generate(PROMPT, max_new_tokens=12, temperature=1.0, seed=seed, method="ar").token_ids
+        )
         hits += sum(s == "predictor" for step in lopa.stats.steps for s in step["sources"])
     assert hits > 60, hits  # the predictor really drafted accepted tokens
 

@@ -1,7 +1,8 @@
 """lopa: lossless lookahead parallel decoding for Hugging Face language models."""
 
-from .api import Engine, GenerationResult, GenerationStats, StreamChunk
+from .api import Engine
 from .config import DraftConfig, GenerationConfig
+from .decode.output import GenerationResult, GenerationStats, StreamChunk
 from .errors import InvalidRequestError, LopaError, ModelLoadError, UnsupportedModelError
 
 __all__ = [

@@ -5,21 +5,20 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import time
-from collections import deque
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 from tqdm import tqdm
 
 from .config import DraftConfig, GenerationConfig
+from .decode.batch import Batch, Row, drive
 from .decode.cost import CostModel
-from .decode.loop import Drafting, SequenceDecoder, StepRecord, decode, kv_rows, step
+from .decode.loop import Drafting, SequenceDecoder, kv_rows
+from .decode.output import GenerationResult, SequenceOutput, StreamChunk
 from .decode.pricing import DrafterPrice
-from .decode.sampling import TokenLogprob
 from .decode.window import WindowController
 from .draft.predictor import warm_up as warm_up_predictor
 from .draft.predictor_io import PredictorSpec, predictor_for
@@ -27,62 +26,13 @@ from .draft.registry import new_drafters
 from .errors import InvalidRequestError, ModelLoadError
 from .models.compiled import buckets_up_to, compile_model, cuda_graph_capacity
 from .models.loading import LoadedModel, load_model
-from .models.lossy import LossyInt8Runner
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_surface
 from .models.runner import Runner
 from .models.threads import apply_threads
-from .text import TextStream
 
 log = logging.getLogger("lopa")
 
 Prompt = str | Sequence[dict] | Sequence[int]
-
-
-@dataclass
-class GenerationStats:
-    method: str
-    prompt_tokens: int = 0
-    new_tokens: int = 0
-    forwards: int = 0  # target-model forward passes after prefill
-    prefill_s: float = 0.0
-    wall_s: float = 0.0  # decode time: prefill + steps, model load excluded
-    draft_s: float = 0.0  # of which drafting: proposals, tree building, drafters observing verification
-    verify_s: float = 0.0  # of which verification forwards after the prefill
-    tree_nodes: int = 0  # tokens fed to verification forwards, summed
-    accept_lengths: list[int] = field(default_factory=list)  # drafted tokens accepted per step
-    window: dict = field(default_factory=dict)  # dynamic window: moves of k and tree sizes chosen
-    steps: list[dict] = field(default_factory=list)  # per step: tokens and how each was drafted
-    drafters: dict = field(default_factory=dict)  # per drafter source with a summary(): e.g. the predictor's depth-1 hits
-
-    @property
-    def tokens_per_forward(self) -> float:
-        # the prefill forward emits the first token; count it with the decoding forwards
-        return self.new_tokens / max(1, self.forwards + 1)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["tokens_per_forward"] = self.tokens_per_forward
-        data["tokens_per_s"] = self.new_tokens / self.wall_s if self.wall_s else 0.0
-        data["bookkeeping_s"] = max(0.0, self.wall_s - self.prefill_s - self.draft_s - self.verify_s)
-        return data
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    token_ids: list[int]
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
-    stats: GenerationStats
-    logprobs: list[TokenLogprob] | None = None  # one per token id, when GenerationConfig.logprobs asked for them
-    seed: int | None = None  # sampling: the seed the draws were keyed by (drawn when none was given); None: greedy
-
-
-@dataclass
-class StreamChunk:
-    """A piece of text as it becomes final, with the step that produced it."""
-
-    text: str
-    step: StepRecord
 
 
 class Engine:
@@ -110,13 +60,19 @@ class Engine:
         static = cuda_graph_capacity(self.model, compile)  # CUDA graphs replay a static cache of this many rows
         compiled = compile_model(self.model, cuda_graphs=static is not None) if compile else None
         self.runner = Runner(
-            self.model, 1, static or 256, max_verify_tokens=max_verify_tokens, compiled=compiled, static=static is not None
+            self.model,
+            1,
+            static or 256,
+            max_verify_tokens=max_verify_tokens,
+            compiled=compiled,
+            static=static is not None,
         )
         if self.model.dtype in (torch.bfloat16, torch.float16):
             log.warning(
                 "lopa: in %s a tree's forward rounds its tokens differently from one-token steps, so greedy lookahead "
                 "equals plain decoding only up to near-ties at that precision (README: bf16 on the CPU); float32 "
-                "keeps them equal", str(self.model.dtype).removeprefix("torch.")
+                "keeps them equal",
+                str(self.model.dtype).removeprefix("torch."),
             )
         # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features
         self.predictor = predictor_for(self.model, predictor, self.draft.use_predictor)
@@ -125,9 +81,7 @@ class Engine:
         self.cost = CostModel.flat()
         self.drafter_prices: dict[str, DrafterPrice] = {}  # each drafter's time and yield over the sequences so far
         self._warm_rows = 0  # with compile: the batch rows warm_up() has built graphs for
-        self._int8_runner: Runner | None = None
         self._draft_model: torch.nn.Module | None = None
-        self._lossy: LossyInt8Runner | None = None
         self.eos_ids = self._eos_ids()
         self.threads_source = "as the process had it"  # from_pretrained applies the measured count
         self._busy = threading.Lock()  # one decoding of the engine's own runner at a time: see _exclusive
@@ -147,7 +101,7 @@ class Engine:
         fast: bool = True,
         threads: int | None = None,
         profile: bool = True,
-    ) -> "Engine":
+    ) -> Engine:
         """Load `model` (catalog name, HF directory or .gguf; None = SmolLM2-135M-Instruct).
 
         `dtype`: a torch dtype or "int8" (CPU); `max_verify_tokens`: chunk longer trees and prompts (see Runner);
@@ -167,20 +121,27 @@ class Engine:
 
     @classmethod
     def from_model(
-        cls, model: torch.nn.Module, tokenizer, *, draft: DraftConfig | None = None, predictor: PredictorSpec = False,
-        max_verify_tokens: int | None = None, compile: bool = False, profile: bool = True,
-    ) -> "Engine":
+        cls,
+        model: torch.nn.Module,
+        tokenizer,
+        *,
+        draft: DraftConfig | None = None,
+        predictor: PredictorSpec = False,
+        max_verify_tokens: int | None = None,
+        compile: bool = False,
+        profile: bool = True,
+    ) -> Engine:
         """Wrap a Hugging Face causal LM the caller already loaded (their quantisation, their adapters, their
         device) without reloading or changing it; `tokenizer` is its tokenizer."""
         name = getattr(model.config, "name_or_path", "") or type(model).__name__
         loaded = LoadedModel(model.eval(), tokenizer, name, Path(name), 0.0)
         return cls(loaded, draft, max_verify_tokens, compile, predictor)._ready(profile)
 
-    def _ready(self, profile: bool) -> "Engine":
+    def _ready(self, profile: bool) -> Engine:
         if profile:  # a compiled engine builds batch graphs only when asked (the server asks for its batch)
             self.profile(max_rows=1 if self.runner.compiled is not None else 16)
         if self.draft.draft_model is not None:
-            self.draft_model  # load it now rather than inside the first request
+            _ = self.draft_model  # load it now rather than inside the first request
         return self
 
     def profile(self, max_rows: int = 16) -> CostModel:
@@ -223,13 +184,6 @@ class Engine:
         self._warm_rows = rows
 
     @property
-    def int8_runner(self) -> Runner:
-        """A runner over an int8 copy of the model (loaded on first use), for the lossy mode."""
-        if self._int8_runner is None:
-            self._int8_runner = Runner(load_model(str(self.loaded.path), dtype="int8").model)
-        return self._int8_runner
-
-    @property
     def draft_model_source(self) -> str | None:
         """DraftConfig.draft_model as a loadable spec ("self" is the target's own directory)."""
         spec = self.draft.draft_model
@@ -253,13 +207,6 @@ class Engine:
                 f"({len(self.tokenizer)}): a draft model must share the target's vocabulary"
             )
         self._draft_model = model
-
-    @property
-    def lossy_runner(self) -> LossyInt8Runner:
-        """LOSSY (DraftConfig.lossy_int8_verify): int8 verification with full-precision calibration."""
-        if self._lossy is None:
-            self._lossy = LossyInt8Runner(self.runner, self.int8_runner, self.draft.lossy_calibration_every)
-        return self._lossy
 
     @property
     def has_chat_template(self) -> bool:
@@ -316,24 +263,10 @@ class Engine:
 
         One Engine decodes one stream at a time (it has one KV slot for it): a second stream() while one is
         open is refused; decode many prompts together with generate([...])."""
-        cfg = _merge_config(config, overrides)
-        prompt_ids = self.encode_prompt(prompt, chat)
-        cfg.validate()
-        self.answer_room(len(prompt_ids), cfg.max_new_tokens)
+        row = self._row(prompt, _merge_config(config, overrides), chat)
         with self._exclusive():
-            seq = SequenceDecoder(prompt_ids, cfg, self.eos_ids, self.drafting_for(cfg))
-            output = SequenceOutput(self, seq)
-            runner = self.lossy_runner if seq.drafting and self.draft.lossy_int8_verify else self.runner
-            for record in decode(runner, seq, self.sizing):
-                piece = output.add(record)
-                if piece:
-                    yield StreamChunk(piece, record)
-                if output.text.stopped:
-                    break
-            tail, result = output.finish(len(output.stats.steps) - 1)  # the first came from the prefill
-            if tail:
-                yield StreamChunk(tail, record)
-            yield result
+            for _, item in drive(Batch(self.runner, self.sizing), [row]):
+                yield item
 
     def generate_many(
         self,
@@ -352,43 +285,35 @@ class Engine:
         many = isinstance(config, (list, tuple))
         if many and len(config) != len(prompts):
             raise InvalidRequestError(f"{len(config)} configs for {len(prompts)} prompts")
-        configs = [_merge_config(c, overrides) for c in config] if many else [_merge_config(config, overrides)] * len(prompts)
-        for cfg in configs:
-            cfg.validate()
-        encoded = [self.encode_prompt(p, chat) for p in prompts]
-        for ids, cfg in zip(encoded, configs):
-            self.answer_room(len(ids), cfg.max_new_tokens)
-        if not encoded:
+        configs = (
+            [_merge_config(c, overrides) for c in config] if many else [_merge_config(config, overrides)] * len(prompts)
+        )
+        rows = [self._row(prompt, cfg, chat, owner=i) for i, (prompt, cfg) in enumerate(zip(prompts, configs))]
+        if not rows:
             return []
-        slots = max(1, min(max_batch, len(encoded)))
-        longest = max(kv_rows(len(ids), cfg.max_new_tokens, self.draft.node_budget) for ids, cfg in zip(encoded, configs))
-        runner = self.runner.sibling(slots, longest)
-        results: list[GenerationResult | None] = [None] * len(encoded)
         # longest prompts first: a step's rows attend over the longest row's keys, so rows of like lengths waste less
-        waiting = deque(sorted(range(len(encoded)), key=lambda i: -len(encoded[i])))
-        rows: list[tuple[int, SequenceDecoder, SequenceOutput]] = []  # row i decodes in batch slot i
-        show = progress if progress is not None else len(encoded) >= 8 and sys.stderr.isatty()
-        with tqdm(total=len(encoded), disable=not show, desc="lopa", unit="prompt") as bar:
-            while waiting or rows:
-                while waiting and len(rows) < slots:
-                    i = waiting.popleft()
-                    seq = SequenceDecoder(encoded[i], configs[i], self.eos_ids, self.drafting_for(configs[i]))
-                    output = SequenceOutput(self, seq)
-                    out = runner.prefill(len(rows), torch.tensor(encoded[i]), 0)
-                    output.add(seq.first(out.logits, out.layers))
-                    rows.append((i, seq, output))
-                for slot in reversed(range(len(rows))):  # finished rows leave; the last row takes the free slot
-                    i, seq, output = rows[slot]
-                    if seq.done or output.text.stopped:
-                        results[i] = output.finish(seq.step)[1]
-                        bar.update(1)
-                        runner.free(slot, rows)
-                if rows:
-                    for (_, _, output), record in zip(rows, step(runner, [seq for _, seq, _ in rows], self.sizing)):
-                        if isinstance(record, Exception):
-                            raise record
-                        output.add(record)
+        rows.sort(key=lambda row: -len(row.seq.prompt))
+        batch = Batch(self.runner.sibling(max(1, min(max_batch, len(rows))), self.runner.capacity), self.sizing)
+        results: list[GenerationResult | None] = [None] * len(rows)
+        show = progress if progress is not None else len(rows) >= 8 and sys.stderr.isatty()
+        with tqdm(total=len(rows), disable=not show, desc="lopa", unit="prompt") as bar:
+            for row, item in drive(batch, rows):
+                if isinstance(item, GenerationResult):
+                    results[row.owner] = item
+                    bar.update(1)
         return results
+
+    def _row(self, prompt: Prompt, cfg: GenerationConfig, chat: bool | None, owner: object = None) -> Row:
+        """A batch row decoding `prompt` with `cfg` (both checked first): fresh drafters, an empty output record."""
+        cfg.validate()
+        prompt_ids = self.encode_prompt(prompt, chat)
+        self.answer_room(len(prompt_ids), cfg.max_new_tokens)
+        return self.row(prompt_ids, cfg, owner)
+
+    def row(self, prompt_ids: list[int], cfg: GenerationConfig, owner: object = None) -> Row:
+        """A batch row (decode/batch.py) decoding `prompt_ids` with `cfg`: fresh drafters, an empty output record."""
+        seq = SequenceDecoder(prompt_ids, cfg, self.eos_ids, self.drafting_for(cfg))
+        return Row(seq, SequenceOutput(self.tokenizer, seq), owner)
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -418,47 +343,6 @@ class Engine:
         return result
 
 
-class SequenceOutput:
-    """What one sequence has produced so far: its final text, token ids, logprobs and stats."""
-
-    def __init__(self, engine: Engine, seq: SequenceDecoder):
-        cfg = seq.cfg
-        self.seq = seq
-        self.text = TextStream(engine.tokenizer, cfg.stop, seq.eos_ids)
-        self.stats = GenerationStats(cfg.method, prompt_tokens=len(seq.prompt))
-        self.logprobs: list[TokenLogprob] | None = [] if cfg.logprobs is not None else None
-        self.start = time.perf_counter()
-
-    def add(self, record: StepRecord) -> str:
-        """Take one step's tokens; returns the text that became final."""
-        stats = self.stats
-        if not self.text.ids:
-            stats.prefill_s = time.perf_counter() - self.start
-        else:
-            stats.accept_lengths.append(record.accepted)
-            stats.tree_nodes += record.tree_size
-            stats.draft_s += record.draft_s
-            stats.verify_s += record.verify_s
-        stats.steps.append({"tokens": record.tokens, "sources": record.sources})
-        if self.logprobs is not None:
-            self.logprobs.extend(record.logprobs)
-        return self.text.push(record.tokens)
-
-    def finish(self, forwards: int) -> tuple[str, GenerationResult]:
-        """Decoding ended after `forwards` verification steps: the held-back text and the result."""
-        tail = self.text.close()  # text held back in case a stop string began there
-        stats = self.stats
-        stats.wall_s = time.perf_counter() - self.start
-        stats.forwards = forwards
-        stats.new_tokens = len(self.text.ids)
-        drafting = self.seq.drafting
-        if drafting:
-            stats.window = drafting.controller.summary()
-            stats.drafters = {d.source: d.summary() for d in drafting.drafters if hasattr(d, "summary")}
-        logprobs = None if self.logprobs is None else self.logprobs[: len(self.text.ids)]  # none past a stop string
-        return tail, GenerationResult(self.text.emitted, self.text.ids, self.text.finish, stats, logprobs, self.seq.seed)
-
-
 def _is_batch(prompt) -> bool:
     """A list of prompts, as opposed to one prompt given as token ids or as chat messages."""
     return isinstance(prompt, (list, tuple)) and bool(prompt) and all(isinstance(p, (str, list, tuple)) for p in prompt)
@@ -468,4 +352,3 @@ def _merge_config(config: GenerationConfig | None, overrides: dict) -> Generatio
     cfg = GenerationConfig(**{**asdict(config or GenerationConfig()), **overrides})
     cfg.stop = list(cfg.stop or [])
     return cfg
-

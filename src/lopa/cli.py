@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from .bench import cli as bench_cli
 from .cli_options import add_model_options, load_engine
 from .diffusion import cli as diffusion_cli
 from .errors import InvalidRequestError, LopaError
-from .models import profile_cli
 from .serve import cli as serve_cli
 from .train import cli as train_cli
 
@@ -24,26 +23,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _generate(args: argparse.Namespace) -> int:
-    if args.dllm:
-        return diffusion_cli.run_generate(args)
     from .config import GenerationConfig
+    from .decode.output import GenerationResult
 
-    cfg = GenerationConfig.from_options(args, max_new_tokens=args.max_new_tokens, stop=args.stop or [], method=args.method)
+    cfg = GenerationConfig.from_options(
+        args, max_new_tokens=args.max_new_tokens, stop=args.stop or [], method=args.method
+    )
     cfg.validate()  # fail on bad values before spending seconds on loading the model
     if not args.prompt.strip():
         raise InvalidRequestError("the prompt is empty")
     engine = load_engine(args)
     chat = False if args.no_chat else None
     if args.json:
-        result = engine.generate(args.prompt, cfg, chat=chat)
-        stats = result.stats.to_dict()
-        print(json.dumps({"text": result.text, "token_ids": result.token_ids, "finish_reason": result.finish_reason,
-                          "seed": result.seed, "stats": stats}))
+        print(json.dumps(engine.generate(args.prompt, cfg, chat=chat).to_dict()))
         return 0
     result = None
     paint = _painter(engine) if args.show else None
     for item in engine.stream_steps(args.prompt, cfg, chat=chat):
-        if not hasattr(item, "step"):
+        if isinstance(item, GenerationResult):
             result = item
         elif paint:
             paint(item.step.tokens, item.step.sources)
@@ -91,8 +88,10 @@ def _info(args: argparse.Namespace) -> int:
     print(f"threads:      {torch.get_num_threads()} ({engine.threads_source})")
     if engine.predictor is not None:
         p = engine.predictor.summary()
-        print(f"predictor:    EAGLE-3, aux layers {p['aux_layers']}, {p['draft_vocab']} draft tokens, "
-              f"{p['parameters']:,} parameters ({p['percent_of_base']:.2f}% of the base)")
+        print(
+            f"predictor:    EAGLE-3, aux layers {p['aux_layers']}, {p['draft_vocab']} draft tokens, "
+            f"{p['parameters']:,} parameters ({p['percent_of_base']:.2f}% of the base)"
+        )
     return 0
 
 
@@ -113,16 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's, in [-2, 2]")
     gen.add_argument("--min-tokens", type=int, default=0, help="no end-of-sequence before this many tokens")
-    gen.add_argument("--seed", type=int, default=None,
-                     help="sampling: the same seed gives the same text, with or without lookahead (--json reports the one drawn)")
+    gen.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="sampling: the same seed gives the same text, with or without lookahead (--json reports the one drawn)",
+    )
     gen.add_argument("--stop", action="append", help="stop string (repeatable)")
     gen.add_argument("--ignore-eos", action="store_true", help="generate exactly --max-new-tokens, past EOS")
     gen.add_argument("--no-chat", action="store_true", help="send the prompt as raw text, without the chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids and stats")
-    gen.add_argument("--show", action="store_true", help="colour each token by how it was drafted (predictor, n-gram, bonus)")
-    gen.add_argument("--dllm", default=None, metavar="PATH", help="decode with a diffusion LM (see lopa.diffusion)")
+    gen.add_argument(
+        "--show", action="store_true", help="colour each token by how it was drafted (predictor, n-gram, bonus)"
+    )
     gen.set_defaults(func=_generate)
-    diffusion_cli.add_dllm_options(gen)
 
     info = sub.add_parser("info", help="describe a model")
     add_model_options(info)
@@ -130,9 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     diffusion_cli.add_train_dllm_parser(sub)
     # Feature packages add their subcommands through a `register(subparsers)` function.
-    for module in (train_cli, serve_cli, bench_cli, profile_cli):
+    for module in (train_cli, serve_cli, bench_cli):
         module.register(sub)
+    for name, run_dllm in (("generate", diffusion_cli.run_generate), ("bench", diffusion_cli.run_bench)):
+        _add_dllm(sub.choices[name], run_dllm)
     return parser
+
+
+def _add_dllm(parser: argparse.ArgumentParser, run_dllm: Callable[[argparse.Namespace], int]) -> None:
+    """`--dllm PATH`: the command runs on a diffusion LM (lopa.diffusion) instead."""
+    parser.add_argument(
+        "--dllm", default=None, metavar="PATH", help="run on a diffusion LM instead (see lopa.diffusion)"
+    )
+    diffusion_cli.add_dllm_options(parser)
+    run_ar = parser.get_default("func")
+    parser.set_defaults(func=lambda args: run_dllm(args) if args.dllm else run_ar(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,32 +16,67 @@ if TYPE_CHECKING:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """Add the options `load_engine` reads: which model, where, in what precision, drafted how."""
-    parser.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "int8"], default=None,
-                        help="default: fp32 on CPU, bf16 on CUDA; int8: int8 linear layers (CPU)")
-    parser.add_argument("--max-verify-tokens", type=int, default=None, metavar="N",
-                        help="feed trees and prompts longer than N tokens in chunks (less peak memory, same output)")
-    parser.add_argument("--lossy-int8-verify", action="store_true",
-                        help="LOSSY: an int8 copy verifies drafts, full precision every --lossy-calibration-every steps")
-    parser.add_argument("--lossy-calibration-every", type=int, default=10, metavar="N")
-    parser.add_argument("--threads", "--torch-threads", type=int, default=None, metavar="N",
-                        help="torch threads (default: OMP_NUM_THREADS, else the fastest count `lopa profile` measured)")
-    parser.add_argument("--eager", action="store_true",
-                        help="stock transformers modules: none of lopa's CPU kernels (packed linears, grouped-KV attention)")
-    parser.add_argument("--compile", action="store_true",
-                        help="verify trees through torch.compile (faster steps; minutes to build the 7 tree-size graphs on first use)")
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "float16", "bfloat16", "int8"],
+        default=None,
+        help="default: fp32 on CPU, bf16 on CUDA; int8: int8 linear layers (CPU)",
+    )
+    parser.add_argument(
+        "--max-verify-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="feed trees and prompts longer than N tokens in chunks (less peak memory, same output)",
+    )
+    parser.add_argument(
+        "--threads",
+        "--torch-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads (default: OMP_NUM_THREADS, else the fastest count `lopa profile` measured)",
+    )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="stock transformers modules: none of lopa's CPU kernels (packed linears, grouped-KV attention)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="verify trees through torch.compile (faster steps; minutes to build the 7 tree-size graphs on first use)",
+    )
     parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model directory")
-    parser.add_argument("--predictor", default=None, metavar="PATH",
-                        help="an EAGLE-3 predictor directory (speculators layout; default: the shipped one, when it fits the model)")
+    parser.add_argument(
+        "--predictor",
+        default=None,
+        metavar="PATH",
+        help="an EAGLE-3 predictor directory (speculators layout; default: the shipped one, when it fits the model)",
+    )
     parser.add_argument("--no-predictor", action="store_true", help="draft without the EAGLE-3 predictor")
-    parser.add_argument("--draft-model", default=None, metavar="NAME",
-                        help="a smaller model with the same tokenizer drafts chains (catalog name, directory, .gguf; "
-                        "'self': the target in --draft-dtype)")
-    parser.add_argument("--always-draft", action="store_true",
-                        help="every drafter proposes at every step (default: plain steps, and dear drafters idle, where measured not to pay)")
-    parser.add_argument("--draft-dtype", choices=["int8", "bfloat16", "float32"], default=None,
-                        help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged")
+    parser.add_argument(
+        "--draft-model",
+        default=None,
+        metavar="NAME",
+        help="a smaller model with the same tokenizer drafts chains (catalog name, directory, .gguf; "
+        "'self': the target in --draft-dtype)",
+    )
+    parser.add_argument(
+        "--always-draft",
+        action="store_true",
+        help="every drafter proposes at every step (default: plain steps, and dear drafters idle, where measured not to pay)",
+    )
+    parser.add_argument(
+        "--draft-dtype",
+        choices=["int8", "bfloat16", "float32"],
+        default=None,
+        help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged",
+    )
 
 
 def load_engine(args: argparse.Namespace, profile: bool = True) -> Engine:
@@ -53,13 +88,21 @@ def load_engine(args: argparse.Namespace, profile: bool = True) -> Engine:
     from .config import DraftConfig
 
     draft = DraftConfig(
-        lossy_int8_verify=args.lossy_int8_verify, lossy_calibration_every=args.lossy_calibration_every,
-        draft_model=args.draft_model, draft_model_dtype=args.draft_dtype, always_draft=args.always_draft,
+        draft_model=args.draft_model,
+        draft_model_dtype=args.draft_dtype,
+        always_draft=args.always_draft,
     )
     dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
     return Engine.from_pretrained(
-        args.model, device=args.device, dtype=dtype, trust_remote_code=args.trust_remote_code,
-        max_verify_tokens=args.max_verify_tokens, draft=draft, compile=args.compile,
-        predictor=False if args.no_predictor else args.predictor, fast=not args.eager, threads=args.threads,
+        args.model,
+        device=args.device,
+        dtype=dtype,
+        trust_remote_code=args.trust_remote_code,
+        max_verify_tokens=args.max_verify_tokens,
+        draft=draft,
+        compile=args.compile,
+        predictor=False if args.no_predictor else args.predictor,
+        fast=not args.eager,
+        threads=args.threads,
         profile=profile,
     )

@@ -9,8 +9,16 @@ from .errors import InvalidRequestError
 METHODS = ("lopa", "ar")
 # GenerationConfig fields named alike in the CLI's options and the server's request bodies (one mapping for both)
 SAMPLING_OPTIONS = (
-    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-    "min_tokens", "seed", "ignore_eos",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "min_tokens",
+    "seed",
+    "ignore_eos",
 )
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
 DRAFT_DTYPES = (None, "int8", "bfloat16", "float32")
@@ -36,7 +44,7 @@ class GenerationConfig:
     logprobs: int | None = None  # report each token's log-probability and this many top alternatives (None: off)
 
     @classmethod
-    def from_options(cls, options: object, **fields) -> "GenerationConfig":
+    def from_options(cls, options: object, **fields) -> GenerationConfig:
         """A config from the SAMPLING_OPTIONS attributes of `options` (parsed CLI arguments, a request body) and
         `fields` for the rest."""
         return cls(**{name: getattr(options, name) for name in SAMPLING_OPTIONS}, **fields)
@@ -101,8 +109,6 @@ class DraftConfig:
     draft_model_dtype: str | None = None  # "int8", "bfloat16", "float32"; None: int8 on CPU, the target's dtype on CUDA
     draft_depth: int = 4  # the draft model's first chain length (one draft forward per token); it then adapts
     draft_alternatives: int = 1  # the draft model's runner-up tokens proposed as one-token branches at each depth
-    lossy_int8_verify: bool = False  # LOSSY (opt-in): an int8 copy verifies; full precision every N steps
-    lossy_calibration_every: int = 10  # N: steps between full-precision calibration passes (lossy mode)
     ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
     pool_guesses: int = 4  # G: guesses kept per key in the pool
     jacobi_window: int = 5  # W: length of the Jacobi guess chain carried from step to step
@@ -117,11 +123,11 @@ class DraftConfig:
             raise InvalidRequestError(f"tau must be in (0, 1], got {self.tau}")
         if self.max_depth < 1 or self.node_budget < 1 or self.top_k_per_depth < 1:
             raise InvalidRequestError("max_depth, node_budget and top_k_per_depth must be >= 1")
-        if self.lossy_calibration_every < 1:
-            raise InvalidRequestError("lossy_calibration_every must be >= 1")
         if self.ngram_size < 2:
             raise InvalidRequestError("ngram_size must be >= 2")
         if self.draft_model_dtype not in DRAFT_DTYPES:
-            raise InvalidRequestError(f"draft_model_dtype must be one of {DRAFT_DTYPES}, got {self.draft_model_dtype!r}")
+            raise InvalidRequestError(
+                f"draft_model_dtype must be one of {DRAFT_DTYPES}, got {self.draft_model_dtype!r}"
+            )
         if self.draft_depth < 1 or self.draft_alternatives < 0:
             raise InvalidRequestError("draft_depth must be >= 1 and draft_alternatives >= 0")

@@ -9,7 +9,7 @@ text of decoding every id at once.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 _CONTEXT = 6  # tokens decoded before a piece so that leading spaces and merges come out right
 
@@ -92,7 +92,12 @@ def token_pieces(tokenizer, ids: Sequence[int], count: int) -> list[str]:
 
 
 # how `lopa generate --show` colours a token by its source (the web page uses the same scheme)
-SOURCE_STYLES = {"predictor": "black on cyan", "lookup": "black on green", "pool": "black on yellow", "jacobi": "black on yellow"}
+SOURCE_STYLES = {
+    "predictor": "black on cyan",
+    "lookup": "black on green",
+    "pool": "black on yellow",
+    "jacobi": "black on yellow",
+}
 
 
 class StepPainter:
@@ -106,7 +111,9 @@ class StepPainter:
     def __call__(self, tokens: Sequence[int], sources: Sequence[str]) -> None:
         self.ids.extend(tokens)
         for piece, source in zip(token_pieces(self.tokenizer, self.ids, len(tokens)), sources):
-            self.console.print(piece, style=SOURCE_STYLES.get(source, ""), end="", markup=False, highlight=False, soft_wrap=True)
+            self.console.print(
+                piece, style=SOURCE_STYLES.get(source, ""), end="", markup=False, highlight=False, soft_wrap=True
+            )
 
     def legend(self) -> None:
         for source in ("predictor", "lookup", "pool"):

@@ -12,7 +12,7 @@ def test_anchor_fills_confident_positions_and_lookaheads_add_one_each():
     for pos, (tok, strength) in enumerate([(1, 10.0), (0, 0.0), (2, 9.0), (3, 1.0), (4, 2.0)]):
         logits[pos, tok] = strength
     rows = build_branches(block, logits, DecodeConfig(tau_conf=0.9, branches=2), M)
-    assert rows[0].tolist() == [1, 5, 2, M, M]                      # both confident positions filled
+    assert rows[0].tolist() == [1, 5, 2, M, M]  # both confident positions filled
     assert rows.shape[0] == 3
     assert rows[1].tolist() == [1, 5, 2, M, 4] and rows[2].tolist() == [1, 5, 2, 3, M]  # most confident first
 
@@ -41,20 +41,22 @@ def test_lopa_tpf_above_baseline_on_shipped_model(shipped, prompts):
         stats = [dec.generate(p)[1] for p in prompts]
         assert all(s.new_tokens == 64 for s in stats)
         return sum(s.new_tokens for s in stats) / sum(s.forwards for s in stats)
+
     base, lopa = tpf(0), tpf(4)
     assert lopa > base, (base, lopa)
 
 
 def test_neg_entropy_decodes(shipped, prompts):
-    ids, st = DiffusionDecoder(shipped[0], DecodeConfig(max_new_tokens=40, block_size=16, confidence="neg_entropy",
-                                                        branches=2)).generate(prompts[0])
+    ids, st = DiffusionDecoder(
+        shipped[0], DecodeConfig(max_new_tokens=40, block_size=16, confidence="neg_entropy", branches=2)
+    ).generate(prompts[0])
     assert len(ids) == 40 and st.forwards <= 40 + 3
 
 
 def test_batched_forward_equals_per_branch_forwards(shipped, prompts):
     adapter, _ = shipped
     ctx = adapter.begin(prompts[0])
-    adapter.logits(ctx, torch.full((1, 32), adapter.mask_token_id))   # folds the prompt into the cache
+    adapter.logits(ctx, torch.full((1, 32), adapter.mask_token_id))  # folds the prompt into the cache
     gen = torch.Generator().manual_seed(0)
     branches = torch.randint(0, 256, (5, 32), generator=gen)
     branches[torch.rand(5, 32, generator=gen) < 0.6] = adapter.mask_token_id

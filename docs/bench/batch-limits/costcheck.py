@@ -3,7 +3,7 @@ the trees it chose, against the measured forward and the tokens emitted."""
 import sys, time, statistics
 from lopa.api import Engine
 from lopa.config import DraftConfig
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.decode import loop as L
 from lopa.decode import cost as C
 batch, count = int(sys.argv[1]), int(sys.argv[2])

@@ -3,7 +3,7 @@ drafting (SequenceDecoder.draft: proposing and ranking) and the rest; 'free draf
 import sys, time, statistics
 from lopa.api import Engine
 from lopa.config import DraftConfig
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.decode import loop as L
 batch, rounds, count = (int(a) for a in sys.argv[1:4])
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:count]

@@ -5,7 +5,7 @@ process: where the time goes (prefill, verify, advance, commit, step, total), 16
 """
 import sys, time, statistics, collections
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.decode import gate as G
 from lopa.models import runner as R
 from lopa.decode import loop as L

@@ -2,7 +2,7 @@
 and total, and which sources proposed."""
 import sys, time, collections, statistics
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.decode import loop as L
 import lopa.api as A
 batch, count = int(sys.argv[1]), int(sys.argv[2])

@@ -8,7 +8,7 @@ generate([...]) `batch` at a time. Prints each round's tokens/s and tokens per f
 """
 import time, statistics, sys
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.draft import predictor_drafter as PD
 batch, rounds, count = (int(a) for a in sys.argv[1:4])
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:count]

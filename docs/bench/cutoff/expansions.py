@@ -7,7 +7,7 @@ percentiles as a path confidence.
 import math
 import time
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.config import DraftConfig
 from lopa.draft import predictor as P, predictor_drafter as PD
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:8]

@@ -6,7 +6,7 @@ pass is counted). Run before the cutoff (9b6c59c^).
 import collections
 import time
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.config import DraftConfig
 from lopa.draft import predictor as P
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:8]

@@ -6,7 +6,7 @@ per decoding step, drafting / verification / other ms, tokens per forward, tree 
 import collections
 import time
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 from lopa.config import DraftConfig
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:8]
 msgs = [[{"role": "user", "content": p}] for p in prompts]

@@ -5,7 +5,7 @@ import os
 import statistics
 import sys
 
-from lopa.serve.bench import ServerProcess, load_prompts, run_level
+from lopa.bench.serve import ServerProcess, load_prompts, run_level
 
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl", "categories")[:8]
 figures: dict[str, list[float]] = {}

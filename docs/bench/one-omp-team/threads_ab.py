@@ -6,7 +6,7 @@ import time
 
 from lopa.api import Engine
 from lopa.models.threads import in_passing_thread
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl", "categories")[:3]
 

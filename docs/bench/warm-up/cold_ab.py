@@ -10,7 +10,7 @@ import sys
 import time
 import lopa.api
 from lopa.api import Engine
-from lopa.serve.bench import load_prompts
+from lopa.bench.serve import load_prompts
 if sys.argv[1] == "off":
     lopa.api.warm_up_predictor = lambda predictor, rows: None
 prompts = load_prompts("../shared/data/spec_bench_dev.jsonl")[:8]

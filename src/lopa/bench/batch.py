@@ -49,10 +49,14 @@ def run_batch_bench(engine, prompts: list[str], max_new_tokens: int, repeats: in
 def run(args) -> int:
     questions = spread(load_questions(args.data), args.prompts)
     engine = load_engine(args)
-    results = run_batch_bench(engine, [q.turns[0] for q in questions], args.max_new_tokens, args.repeats, args.max_batch)
-    print(f"{results['prompts']} prompts, {results['max_new_tokens']} tokens: sequential "
-          f"{results['sequential_tokens_per_s']:.1f} tok/s, batched {results['batched_tokens_per_s']:.1f} tok/s "
-          f"({results['speedup']:.2f}x), outputs identical")
+    results = run_batch_bench(
+        engine, [q.turns[0] for q in questions], args.max_new_tokens, args.repeats, args.max_batch
+    )
+    print(
+        f"{results['prompts']} prompts, {results['max_new_tokens']} tokens: sequential "
+        f"{results['sequential_tokens_per_s']:.1f} tok/s, batched {results['batched_tokens_per_s']:.1f} tok/s "
+        f"({results['speedup']:.2f}x), outputs identical"
+    )
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

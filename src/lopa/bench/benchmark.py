@@ -57,9 +57,14 @@ class BenchOptions:
     def command(self) -> str:
         """The `lopa bench` command line that reproduces this run."""
         argv = ["lopa", "bench"]
-        for flag, value in (("--model", self.model), ("--data", self.data), ("--gguf", self.gguf),
-                            ("--gguf-precision", None if self.gguf_precision == "shipped" else self.gguf_precision),
-                            ("--categories", ",".join(self.categories or []) or None), ("--limit", self.limit)):
+        for flag, value in (
+            ("--model", self.model),
+            ("--data", self.data),
+            ("--gguf", self.gguf),
+            ("--gguf-precision", None if self.gguf_precision == "shipped" else self.gguf_precision),
+            ("--categories", ",".join(self.categories or []) or None),
+            ("--limit", self.limit),
+        ):
             if value is not None:
                 argv += [flag, str(value)]
         argv += ["--seed", str(self.seed), "--methods", ",".join(self.methods)]
@@ -74,7 +79,9 @@ class BenchOptions:
 def _items(engine, opts: BenchOptions) -> list[Item]:
     questions = load_questions(opts.data)
     if not (opts.lopa_table or opts.scenarios):
-        return build_items(select(questions, opts.categories, opts.limit, opts.seed), opts.max_new_tokens, opts.multi_turn)
+        return build_items(
+            select(questions, opts.categories, opts.limit, opts.seed), opts.max_new_tokens, opts.multi_turn
+        )
     items = []
     for s in LOPA_SCENARIOS:
         if opts.scenarios and s.name not in opts.scenarios:

@@ -72,9 +72,7 @@ def load_questions(path: str | Path | None) -> list[Question]:
     return questions
 
 
-def select(
-    questions: list[Question], categories: list[str] | None, limit: int | None, seed: int
-) -> list[Question]:
+def select(questions: list[Question], categories: list[str] | None, limit: int | None, seed: int) -> list[Question]:
     """Keep the asked-for categories (file order), at most `limit` per category, sampled with `seed`."""
     present = list(dict.fromkeys(q.category for q in questions))
     if categories:

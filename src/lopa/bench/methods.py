@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from transformers.generation.streamers import BaseStreamer
@@ -41,7 +42,9 @@ DESCRIPTIONS = {
     "ar": "lopa runner, one token per forward",
     "llamacpp": "llama-cpp-python on the GGUF (--gguf-precision), greedy",
     "llamacpp-pld": "llama-cpp-python on the GGUF (--gguf-precision) with prompt lookup (10 tokens)",
-    **{name: "lopa " + (", ".join(f"{k}={v}" for k, v in o.items()) or "defaults") for name, o in LOPA_VARIANTS.items()},
+    **{
+        name: "lopa " + (", ".join(f"{k}={v}" for k, v in o.items()) or "defaults") for name, o in LOPA_VARIANTS.items()
+    },
     "ar-compiled": "ar on the torch.compile runner (graphs built before timing)",
     "lopa-compiled": "lopa defaults on the torch.compile runner (graphs built before timing)",
 }
@@ -54,7 +57,7 @@ class Run:
     token_ids: list[int]
     wall_s: float  # the whole call: prefill + decoding
     prefill_s: float  # until the first new token exists
-    forwards: int | None  # target forwards after the prefill; None when the method cannot tell
+    forwards: int | None  # target forwards that emitted tokens, the prefill's included; None when unknown
     accept_lengths: list[int]  # drafted tokens accepted per decoding step (empty when unknown)
     draft_s: float | None = None  # of wall_s, drafting (lopa only: proposals, tree, drafters observing)
     verify_s: float | None = None  # of wall_s, verification forwards after the prefill (lopa only)
@@ -121,8 +124,12 @@ class HFGenerate:
         start = time.perf_counter()
         try:
             out = self.model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-                streamer=clock, **extra,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                streamer=clock,
+                **extra,
             )
         finally:
             for timer in (target, drafts):
@@ -133,7 +140,7 @@ class HFGenerate:
         # chunk 0 is the prompt, chunk 1 came from the prefill forward; later chunks are steps
         accepted = [n - 1 for n in clock.sizes[2:]]
         draft_s = drafts.seconds if drafts is not None else None
-        return Run(out[0, len(prompt_ids):].tolist(), wall, prefill, target.calls - 1, accepted, draft_s)
+        return Run(out[0, len(prompt_ids) :].tolist(), wall, prefill, target.calls, accepted, draft_s)
 
 
 class EngineMethod:
@@ -151,7 +158,9 @@ class EngineMethod:
         s = result.stats
         first = s.drafters.get("predictor")
         depth1 = (first["depth1_hits"], first["depth1_trials"]) if first else None
-        return Run(result.token_ids, wall, s.prefill_s, s.forwards, list(s.accept_lengths), s.draft_s, s.verify_s, depth1)
+        return Run(
+            result.token_ids, wall, s.prefill_s, s.forwards, list(s.accept_lengths), s.draft_s, s.verify_s, depth1
+        )
 
 
 class LlamaCpp:
@@ -169,8 +178,14 @@ class LlamaCpp:
         # prompt lookup verifies drafts from every position's logits: llama-cpp-python keeps them all only with
         # logits_all (else its score buffer is sized by n_batch and a long prompt overflows it)
         self.llm = Llama(
-            model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-            draft_model=draft, logits_all=prompt_lookup, flash_attn=flash_attn, verbose=False,
+            model_path=str(gguf),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            draft_model=draft,
+            logits_all=prompt_lookup,
+            flash_attn=flash_attn,
+            verbose=False,
         )
         self.eos = self.llm.token_eos()
 
@@ -187,7 +202,7 @@ class LlamaCpp:
         wall = time.perf_counter() - start
         if self.prompt_lookup:  # llama-cpp-python does not expose its verification steps
             return Run(tokens, wall, prefill or wall, None, [])
-        return Run(tokens, wall, prefill or wall, len(tokens) - 1, [0] * (len(tokens) - 1))
+        return Run(tokens, wall, prefill or wall, len(tokens), [0] * (len(tokens) - 1))
 
 
 def llamacpp_missing() -> str | None:

@@ -46,8 +46,12 @@ def summarize(runs: list[dict], reference_perplexities: list[float]) -> dict:
         "tokens_per_forward_mean": float(np.mean(tpf)) if tpf else None,
         "accept_length_hist": {str(k): v for k, v in sorted(Counter(accepts).items())},
         "accept_length_mean": float(np.mean(accepts)) if accepts else None,
-        "draft_share_median": _median([r["draft_s"] / r["wall_s"] for r in runs if r["draft_s"] is not None and r["wall_s"] > 0]),
-        "verify_share_median": _median([r["verify_s"] / r["wall_s"] for r in runs if r["verify_s"] is not None and r["wall_s"] > 0]),
+        "draft_share_median": _median(
+            [r["draft_s"] / r["wall_s"] for r in runs if r["draft_s"] is not None and r["wall_s"] > 0]
+        ),
+        "verify_share_median": _median(
+            [r["verify_s"] / r["wall_s"] for r in runs if r["verify_s"] is not None and r["wall_s"] > 0]
+        ),
         "predictor_depth1_accept": hits / trials if trials else None,
         "speedup_median": _median(_present(runs, "speedup")),
         "exact_match_rate": sum(matches) / len(matches) if matches else None,
@@ -92,14 +96,16 @@ def lopa_table(aggregated: dict, scenarios: tuple[Scenario, ...], ar: str = "hf"
         ours = aggregated.get(lopa, {}).get("by_scenario", {}).get(s.name)
         if not base or not ours:
             continue
-        rows.append({
-            "scenario": s.name,
-            "length": s.max_new_tokens,
-            "prompts": ours["prompts"],
-            "ar_ms": base["latency_median_s"] * 1000,
-            "lopa_ms": ours["latency_median_s"] * 1000,
-            "speedup": ours["speedup_median"],
-            "exact_match_rate": ours["exact_match_rate"],
-            "tokens_per_forward_median": ours["tokens_per_forward_median"],
-        })
+        rows.append(
+            {
+                "scenario": s.name,
+                "length": s.max_new_tokens,
+                "prompts": ours["prompts"],
+                "ar_ms": base["latency_median_s"] * 1000,
+                "lopa_ms": ours["latency_median_s"] * 1000,
+                "speedup": ours["speedup_median"],
+                "exact_match_rate": ours["exact_match_rate"],
+                "tokens_per_forward_median": ours["tokens_per_forward_median"],
+            }
+        )
     return rows

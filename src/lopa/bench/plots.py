@@ -18,7 +18,11 @@ HATCHES = ["", "//", "..", "xx", "\\\\", "oo", "--", "++", "**", "||", "OO"]
 
 def _style(name: str) -> dict:
     i = ALL_METHODS.index(name) if name in ALL_METHODS else len(ALL_METHODS)
-    return {"color": plt.get_cmap("tab10")(i % 10), "marker": MARKERS[i % len(MARKERS)], "hatch": HATCHES[i % len(HATCHES)]}
+    return {
+        "color": plt.get_cmap("tab10")(i % 10),
+        "marker": MARKERS[i % len(MARKERS)],
+        "hatch": HATCHES[i % len(HATCHES)],
+    }
 
 
 def _bars(ax, groups: list[str], series: dict[str, list[float]]) -> None:
@@ -27,8 +31,16 @@ def _bars(ax, groups: list[str], series: dict[str, list[float]]) -> None:
     x = np.arange(len(groups))
     for i, (name, values) in enumerate(series.items()):
         st = _style(name)
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name, color=st["color"],
-               hatch=st["hatch"], edgecolor="black", linewidth=0.4)
+        ax.bar(
+            x + (i - (len(series) - 1) / 2) * width,
+            values,
+            width,
+            label=name,
+            color=st["color"],
+            hatch=st["hatch"],
+            edgecolor="black",
+            linewidth=0.4,
+        )
     ax.set_xticks(x, groups, rotation=30, ha="right")
     if series:
         _legend(ax)
@@ -54,8 +66,10 @@ def speedup_by_category(aggregate: dict, path: Path) -> None:
 
 
 def tokens_per_forward(records: list[dict], methods: list[str], path: Path) -> None:
-    data = {m: [r["runs"][m]["tokens_per_forward"] for r in records if r["runs"][m]["tokens_per_forward"] is not None]
-            for m in methods}
+    data = {
+        m: [r["runs"][m]["tokens_per_forward"] for r in records if r["runs"][m]["tokens_per_forward"] is not None]
+        for m in methods
+    }
     data = {m: v for m, v in data.items() if v}
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(data)), 4.5))
     box = ax.boxplot(list(data.values()), patch_artist=True, medianprops={"color": "black", "linewidth": 1.5})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def _fmt(value: float | None, spec: str = ".2f", scale: float = 1.0, suffix: str = "") -> str:
@@ -18,27 +18,63 @@ def lopa_table_md(rows: list[dict]) -> str:
     """The LoPA table: scenario | length | AR ms | lopa ms | speedup (AR = transformers generate)."""
     return _table(
         ["scenario", "length", "AR ms", "lopa ms", "speedup"],
-        [[r["scenario"], str(r["length"]), f"{r['ar_ms']:.0f}", f"{r['lopa_ms']:.0f}", _fmt(r["speedup"], suffix="x")]
-         for r in rows],
+        [
+            [
+                r["scenario"],
+                str(r["length"]),
+                f"{r['ar_ms']:.0f}",
+                f"{r['lopa_ms']:.0f}",
+                _fmt(r["speedup"], suffix="x"),
+            ]
+            for r in rows
+        ],
     )
 
 
 def overall_md(aggregate: dict) -> str:
     """One row per method: latency, throughput, tokens per forward, speedup, exact match, memory."""
-    header = ["method", "prompts", "median ms", "p90 ms", "prefill ms", "tok/s", "TPF", "accept mean",
-              "speedup vs hf", "exact match", "drafting share", "predictor depth-1", "peak RSS MiB", "ppl (ref)"]
+    header = [
+        "method",
+        "prompts",
+        "median ms",
+        "p90 ms",
+        "prefill ms",
+        "tok/s",
+        "TPF",
+        "accept mean",
+        "speedup vs hf",
+        "exact match",
+        "drafting share",
+        "predictor depth-1",
+        "peak RSS MiB",
+        "ppl (ref)",
+    ]
     rows = []
     for name, agg in aggregate.items():
         s = agg["overall"]
-        ppl = "-" if s["perplexity_median"] is None else (
-            f"{s['perplexity_median']:.2f} ({_fmt(s['reference_perplexity_median'])})")
-        rows.append([
-            name, str(s["prompts"]), _fmt(s["latency_median_s"], ".0f", 1000), _fmt(s["latency_p90_s"], ".0f", 1000),
-            _fmt(s["prefill_median_s"], ".0f", 1000), _fmt(s["tokens_per_s"], ".1f"),
-            _fmt(s["tokens_per_forward_median"]), _fmt(s["accept_length_mean"]), _fmt(s["speedup_median"], suffix="x"),
-            _fmt(s["exact_match_rate"], ".0%"), _fmt(s["draft_share_median"], ".0%"), _fmt(s["predictor_depth1_accept"]),
-            _fmt(s["peak_rss_mb"], ".0f"), ppl,
-        ])
+        ppl = (
+            "-"
+            if s["perplexity_median"] is None
+            else (f"{s['perplexity_median']:.2f} ({_fmt(s['reference_perplexity_median'])})")
+        )
+        rows.append(
+            [
+                name,
+                str(s["prompts"]),
+                _fmt(s["latency_median_s"], ".0f", 1000),
+                _fmt(s["latency_p90_s"], ".0f", 1000),
+                _fmt(s["prefill_median_s"], ".0f", 1000),
+                _fmt(s["tokens_per_s"], ".1f"),
+                _fmt(s["tokens_per_forward_median"]),
+                _fmt(s["accept_length_mean"]),
+                _fmt(s["speedup_median"], suffix="x"),
+                _fmt(s["exact_match_rate"], ".0%"),
+                _fmt(s["draft_share_median"], ".0%"),
+                _fmt(s["predictor_depth1_accept"]),
+                _fmt(s["peak_rss_mb"], ".0f"),
+                ppl,
+            ]
+        )
     return _table(header, rows)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 4  # 3: config.draft_model, config.draft_dtype; 4: config.gguf_precision, config.llamacpp_flash_attn
+SCHEMA_VERSION = 5  # 3: config.draft_model, config.draft_dtype; 4: config.gguf_precision, config.llamacpp_flash_attn;
+# 5: runs.forwards counts the prefill's forward (tokens_per_forward = new_tokens / forwards)
 NUM = (int, float)
 
 
@@ -103,10 +104,18 @@ RESULTS = {
     "methods": MapOf({"status": str, "lossless": Nullable(bool), "description": str, "reason": Nullable(str)}),
     "prompts": ListOf(PROMPT),
     "aggregate": MapOf({"overall": SUMMARY, "by_category": MapOf(SUMMARY), "by_scenario": MapOf(SUMMARY)}),
-    "lopa_table": ListOf({
-        "scenario": str, "length": int, "prompts": int, "ar_ms": NUM, "lopa_ms": NUM,
-        "speedup": Nullable(NUM), "exact_match_rate": Nullable(NUM), "tokens_per_forward_median": Nullable(NUM),
-    }),
+    "lopa_table": ListOf(
+        {
+            "scenario": str,
+            "length": int,
+            "prompts": int,
+            "ar_ms": NUM,
+            "lopa_ms": NUM,
+            "speedup": Nullable(NUM),
+            "exact_match_rate": Nullable(NUM),
+            "tokens_per_forward_median": Nullable(NUM),
+        }
+    ),
 }
 
 
@@ -152,7 +161,9 @@ def validate(results: dict) -> list[str]:
         errors.append(f"results.methods: unknown status {status!r}")
     for i, prompt in enumerate(results["prompts"]):
         if set(prompt["runs"]) != ran:
-            errors.append(f"results.prompts[{i}].runs: methods {sorted(prompt['runs'])} != those that ran {sorted(ran)}")
+            errors.append(
+                f"results.prompts[{i}].runs: methods {sorted(prompt['runs'])} != those that ran {sorted(ran)}"
+            )
     if set(results["aggregate"]) != ran:
         errors.append(f"results.aggregate: methods {sorted(results['aggregate'])} != those that ran {sorted(ran)}")
     return errors

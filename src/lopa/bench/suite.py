@@ -65,7 +65,7 @@ def _run_record(run: Run, peak: float, reference: Run | None) -> dict:
         "wall_s": run.wall_s,
         "prefill_s": run.prefill_s,
         "forwards": run.forwards,
-        "tokens_per_forward": None if run.forwards is None else new / (run.forwards + 1),
+        "tokens_per_forward": None if run.forwards is None else new / max(1, run.forwards),
         "tokens_per_s": new / run.wall_s if run.wall_s > 0 else 0.0,
         "accept_lengths": run.accept_lengths,
         "draft_s": run.draft_s,

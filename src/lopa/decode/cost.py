@@ -1,29 +1,6 @@
-"""What a verification forward costs, and so how many draft nodes are worth verifying.
-
-The cost model is a latency surface measured on this hardware (models/profile.py): seconds for a
-forward of `rows` sequences x `tokens` tree nodes each. Each row's tree is the best nodes of its draft, and
-the batch adds nodes where they are likeliest to be accepted, one at a time, keeping the count that maximises
-its expected tokens per second (rows + the kept nodes' path probabilities) / cost. An eager runner packs
-trees of different sizes (models/runner.py), so a batch's forward costs what the surface says for its nodes
-spread evenly over its rows, rounded up to the next measured tokens per row: matrix kernels work in blocks
-of rows (on the 2-core CPU 8 rows x 1 token took 34 ms, 8 + 3 nodes 40 and 8 x 2 41), so a row with a good
-draft grows its tree while the others stay plain, and the block is filled with the likeliest nodes anywhere
-in the batch. A compiled runner pads every row to the largest tree, so it costs that many tokens per row,
-and the other rows are filled up to it for free. On a CPU a batch of 16 already fills the matrix units, so
-trees shrink as the batch grows; on a GPU they stay.
-
-The measured time of every step corrects the surface as decoding goes: per size class (the forward's
-rows, and its tokens per row by power of two) a running ratio of measured to predicted time. A class not measured yet
-(or no longer chosen, drifting back) takes the running ratio of all steps when that is below 1 (the
-whole machine is faster than profiled: every size scales alike) and the profile's own figure otherwise,
-so sizes that were not tried look no worse than the profile says. Where the profile was too optimistic
-for large trees (a long prefix, another process on the cores) trees shrink, down to plain decoding,
-which is then measured too.
-
-The drafts' path probabilities are corrected the same way, by what verification accepted at each depth: a
-drafter's calibrated confidence still runs high once a tree keeps the nodes whose estimates came out best and a
-path multiplies its tokens' confidences as if they were independent (on Spec-Bench dev prompts the chosen nodes'
-probabilities summed to ~1.5x the tokens accepted), and in a batch every node verified is paid for.
+"""What a verification forward costs, and so how many draft nodes are worth verifying: a latency surface
+measured on this hardware, corrected by every step's measured time, and the drafts' probabilities corrected by
+what verification accepted. The reasoning and the measurements behind it: docs/decoding.md, "Tree sizes".
 """
 
 from __future__ import annotations
@@ -80,7 +57,7 @@ class CostModel:
         }
 
     @classmethod
-    def flat(cls) -> "CostModel":
+    def flat(cls) -> CostModel:
         """When nothing was measured: every size costs the same (GPU-like), so expected tokens decide."""
         return cls({1: {1: 1.0, 64: 1.0}})
 

@@ -1,16 +1,6 @@
-"""Whether lookahead pays at a batch size, judged by what whole steps actually made.
-
-The cost model (decode/cost.py) sizes every tree from a latency profile and the drafts' calibrated
-probabilities. Both are estimates, and what they leave out (drafting, ranking and building the trees, the
-drafters' own probes, acceptance) is paid at every step. At large batches on a CPU the margin is thin: with
-8 rows the first extra node costs ~10% of a forward, so trees the model judged worth it made a batch of
-8 slower than plain steps (docs/bench/gate). So the batch checks the result: per batch size, the
-running tokens per second of whole steps (drafting, forward, acceptance, commits) with lookahead and
-without. The leading mode runs; the other runs one step after PROBE_EVERY steps, then after twice as many
-while it keeps losing (up to MAX_GAP), so it is measured again as the text, the prefix or the machine
-change without its probes costing what it saves. A plain step still feeds every drafter the tokens it
-emits, so lookahead resumes with current state. Where lookahead leads (a lone request on a CPU), the plain
-probes come one step in 65 once the gap has grown.
+"""Whether lookahead pays at a batch size, judged by what whole steps actually made (lookahead against plain
+steps, per batch size; the losing mode is probed again at growing gaps).
+The reasoning and the measurements behind it: docs/decoding.md, "The lookahead gate".
 """
 
 from __future__ import annotations

@@ -1,26 +1,24 @@
 """The lookahead decoding step: propose -> rank -> size the trees -> verify (one batched forward) -> accept
 -> commit -> adapt.
 
-`step` advances a batch of sequences by one verification; `decode` (generate/stream), Engine.generate([...])
-and the server's scheduler are its callers. `ar` is the same step with no drafters, so plain and lookahead
-decoding share every line that decides what is emitted.
+`step` advances a batch of sequences by one verification; decode/batch.py's driver is its one caller. `ar` is
+the same step with no drafters, so plain and lookahead decoding share every line that decides what is emitted.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import torch
 
 from ..config import DraftConfig, GenerationConfig
-from ..draft.base import Drafter
+from ..draft.base import Drafter, StepFeedback
 from ..draft.tree import DraftTree, RankedDraft, rank
 from ..models.runner import ForwardOutput, Runner
 from .cost import CostModel
-from .feedback import StepFeedback
 from .pricing import DrafterPrice, DraftPricing
 from .sampling import CoupledSampler, TokenLogprob, target_logits, token_logprobs, warp
 from .verify import accept
@@ -95,15 +93,16 @@ class SequenceDecoder:
     @property
     def capacity(self) -> int:
         """KV rows this sequence can need."""
-        return kv_rows(len(self.prompt), self.cfg.max_new_tokens, self.drafting.config.node_budget if self.drafting else 0)
+        return kv_rows(
+            len(self.prompt), self.cfg.max_new_tokens, self.drafting.config.node_budget if self.drafting else 0
+        )
 
     def first(self, logits: torch.Tensor, layers: torch.Tensor | None = None) -> StepRecord:
         """Emit the first token from the prefill's last logits; `layers` (ForwardOutput.layers) goes to the
-        drafters that observe the prefill (draft/base.py PrefillObserver)."""
+        drafters (Drafter.observe_prefill)."""
         if layers is not None and self.drafting:
             for drafter in self.drafting.drafters:
-                if hasattr(drafter, "observe_prefill"):
-                    drafter.observe_prefill(layers)
+                drafter.observe_prefill(layers)
         target = target_logits(logits, [self.prompt], self.cfg, len(self.prompt), self.eos_ids)
         (token,) = self.choices(target, [len(self.prompt)])
         self.context = self.prompt + [token]
@@ -155,7 +154,9 @@ class SequenceDecoder:
             feedback = StepFeedback(context, tree, predictions, path, new, out.layers)
             for drafter in drafting.drafters:
                 drafter.observe(feedback)
-            drafting.controller.update(self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist())
+            drafting.controller.update(
+                self.step, tree.size, log_probs[torch.arange(len(new)), torch.tensor(new)].tolist()
+            )
             drafting.pricing.record(self.proposing_s, sources[:-1])
         context.extend(new[:keep])
         self.produced += keep
@@ -212,16 +213,3 @@ def step(runner: Runner, seqs: Sequence[SequenceDecoder], cost: CostModel | None
             record.draft_s += (drafted - start) / len(seqs)
             record.verify_s = forward_s / len(seqs)
     return results
-
-
-def decode(runner: Runner, seq: SequenceDecoder, cost: CostModel | None = None) -> Iterator[StepRecord]:
-    """Yield the steps of one sequence (slot 0 of `runner`) until EOS or max_new_tokens; the caller may stop
-    early (stop strings)."""
-    runner.reserve(seq.capacity)
-    prefill = runner.prefill(0, torch.tensor(seq.prompt), 0)
-    yield seq.first(prefill.logits, prefill.layers)
-    while not seq.done:
-        (record,) = step(runner, [seq], cost)
-        if isinstance(record, Exception):
-            raise record
-        yield record

@@ -1,21 +1,6 @@
-"""Which drafters pay for their time, per sequence, at the batch's going rate.
-
-A drafter's proposing takes CPU time that every row of the batch waits for: `seconds` of it cost the batch
-`seconds x rate` tokens, where `rate` is the tokens per second the batch would make without drafting (measured
-by the cost model per batch size). It pays when the tokens it gets accepted (the accepted tree nodes of its
-source) exceed that. Its time is taken from every proposal but its first, which also takes in the prompt; a
-proposal after idling also catches up on the text it missed (one forward of the predictor or the draft model), a
-small overcharge.
-So a lone request keeps the EAGLE predictor (a few ms per step against ~40 tokens/s), while a full batch on a
-CPU (~150 tokens/s: a token is worth ~7 ms) keeps it only where it is accepted a lot, and keeps the nearly free
-n-gram drafters everywhere. A drafter found not to pay still observes every step (its state stays current) and
-proposes again after PROBE_EVERY steps, then after twice as many while it keeps not paying (up to MAX_IDLE),
-so its figures are measured again as the text or the batch changes without the probes costing what it saves.
-A probe of one row makes every row of the batch wait while only that row may gain, so in a batch of n rows
-probes come n times less often; and a probe catches up on all the text since the last proposal (one forward of
-~10 ms over hundreds of rows for the predictor) and is paid back only in the steps after it, so a sequence with
-fewer than PROBE_EVERY tokens left is not probed (with 64-token answers in a batch of 8, the probes due after 64
-idle steps fell at their last few tokens: ~5% of the batch's time for nothing).
+"""Which drafters pay for their time, per sequence, at the batch's going rate: a drafter proposes while the
+tokens it gets accepted exceed its time x the batch's plain tokens/s, and probes again after idling.
+The reasoning and the measurements behind it: docs/decoding.md, "Drafter pricing".
 """
 
 from __future__ import annotations

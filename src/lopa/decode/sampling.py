@@ -15,8 +15,8 @@ a seed, whatever the drafters, the tree, the batch or the machine (README: Sampl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -24,9 +24,7 @@ import torch
 from ..config import GenerationConfig
 
 
-def apply_repetition_penalty(
-    logits: torch.Tensor, contexts: Sequence[Sequence[int]], penalty: float
-) -> torch.Tensor:
+def apply_repetition_penalty(logits: torch.Tensor, contexts: Sequence[Sequence[int]], penalty: float) -> torch.Tensor:
     """Divide positive / multiply negative logits of tokens already in each row's context."""
     if penalty == 1.0:
         return logits

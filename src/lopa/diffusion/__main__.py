@@ -1,4 +1,5 @@
 """`python -m lopa.diffusion train-dllm|generate|bench`: the diffusion CLI without the main `lopa` parser."""
+
 import argparse
 import sys
 

@@ -9,6 +9,7 @@ blocks into block logits aligned so that row j predicts block position j. Two ki
   plain masked LM): bidirectional attention over the whole sequence, no cache;
   `shift=True` for Dream-style models whose logits at i predict token i + 1.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,9 +23,10 @@ from .model import DLLM
 @dataclass
 class Context:
     """Decoding state shared by all branches: what is committed, and what is not yet cached."""
-    length: int = 0                      # committed tokens already inside `cache`
+
+    length: int = 0  # committed tokens already inside `cache`
     pending: list[int] = field(default_factory=list)
-    cache: list | None = None            # model-specific (per-layer KV, or committed ids)
+    cache: list | None = None  # model-specific (per-layer KV, or committed ids)
 
 
 class CachedAdapter:
@@ -57,13 +59,21 @@ class CachedAdapter:
         ids = torch.cat([pend, blocks], 1)
         pos = torch.arange(s, s + p + b, device=dev).expand(n, -1)
         q = torch.arange(p + b, device=dev)
-        mask = torch.cat([torch.ones(p + b, s, dtype=torch.bool, device=dev),
-                          (q[None, :] <= q[:, None]) | ((q[:, None] >= p) & (q[None, :] >= p))], 1)
+        mask = torch.cat(
+            [
+                torch.ones(p + b, s, dtype=torch.bool, device=dev),
+                (q[None, :] <= q[:, None]) | ((q[:, None] >= p) & (q[None, :] >= p)),
+            ],
+            1,
+        )
         out, kvs = self.model(ids, pos, mask, ctx.cache)
         if p:
             new = [(k[:1, :, :p], v[:1, :, :p]) for k, v in kvs]
-            ctx.cache = new if ctx.cache is None else [
-                (torch.cat([ck, k], 2), torch.cat([cv, v], 2)) for (ck, cv), (k, v) in zip(ctx.cache, new)]
+            ctx.cache = (
+                new
+                if ctx.cache is None
+                else [(torch.cat([ck, k], 2), torch.cat([cv, v], 2)) for (ck, cv), (k, v) in zip(ctx.cache, new)]
+            )
             ctx.length, ctx.pending = s + p, []
         return out[:, p:].float()
 
@@ -75,7 +85,7 @@ class FullSequenceAdapter:
         self.model = model.eval()
         self.mask_token_id = mask_token_id
         self.shift, self.max_len = shift, max_len
-        head = model.get_output_embeddings()   # logits width, which may exceed config.vocab_size
+        head = model.get_output_embeddings()  # logits width, which may exceed config.vocab_size
         self.vocab_size = head.weight.shape[0] if head is not None else model.config.vocab_size
         self.device = next(model.parameters()).device
 
@@ -95,4 +105,4 @@ class FullSequenceAdapter:
             raise InvalidRequestError(f"prompt + new tokens exceed the model's {self.max_len} positions")
         ids = torch.cat([torch.tensor(ctx.pending, dtype=torch.long, device=self.device).expand(n, s), blocks], 1)
         out = self.model(input_ids=ids).logits
-        return out[:, s - 1:s - 1 + b].float() if self.shift else out[:, s:].float()
+        return out[:, s - 1 : s - 1 + b].float() if self.shift else out[:, s:].float()

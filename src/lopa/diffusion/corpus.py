@@ -3,6 +3,7 @@
 Every Python install has them, so training is reproducible on any machine; every 20th
 file is held out for evaluation and the benchmark's completion task.
 """
+
 from __future__ import annotations
 
 import sysconfig
@@ -20,8 +21,7 @@ def stdlib_files() -> list[Path]:
 def split_files() -> tuple[list[Path], list[Path]]:
     """(train, held-out) file lists."""
     fs = stdlib_files()
-    return ([f for i, f in enumerate(fs) if i % HOLDOUT_EVERY],
-            [f for i, f in enumerate(fs) if i % HOLDOUT_EVERY == 0])
+    return ([f for i, f in enumerate(fs) if i % HOLDOUT_EVERY], [f for i, f in enumerate(fs) if i % HOLDOUT_EVERY == 0])
 
 
 def encode_files(files: list[Path], eos: int) -> torch.Tensor:

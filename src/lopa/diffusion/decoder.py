@@ -8,6 +8,7 @@ the branch whose remaining masked positions are most confident on average, and r
 its logits next iteration: one forward per iteration either way. `branches = 0` is the
 baseline, so both share every line of this loop.
 """
+
 from __future__ import annotations
 
 import time
@@ -101,8 +102,12 @@ class DecodeStats:
         return self.new_tokens / max(self.forwards, 1)
 
     def to_dict(self) -> dict:
-        return dict(new_tokens=self.new_tokens, forwards=self.forwards,
-                    tokens_per_forward=round(self.tokens_per_forward, 4), wall_s=round(self.wall_s, 4))
+        return dict(
+            new_tokens=self.new_tokens,
+            forwards=self.forwards,
+            tokens_per_forward=round(self.tokens_per_forward, 4),
+            wall_s=round(self.wall_s, 4),
+        )
 
 
 class DiffusionDecoder:

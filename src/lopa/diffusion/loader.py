@@ -4,6 +4,7 @@ Own models are recognised by `tokenizer.json` of type "byte" next to `model.safe
 Anything else goes through transformers; `trust_remote_code` stays off unless the
 caller asks (Dream and LLaDA ship custom modeling code and need it).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,6 +43,7 @@ def _load_own(path: Path):
 
 def _load_hf(path: Path, trust_remote_code: bool, shift: bool | None):
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -54,8 +56,9 @@ def _load_hf(path: Path, trust_remote_code: bool, shift: bool | None):
     if mask_id is None:
         raise ModelLoadError(f"{path} has no mask token: not a masked diffusion model")
     try:
-        model = (AutoModelForMaskedLM if type(config) in AutoModelForMaskedLM._model_mapping else AutoModel
-                 ).from_pretrained(path, trust_remote_code=trust_remote_code)
+        model = (
+            AutoModelForMaskedLM if type(config) in AutoModelForMaskedLM._model_mapping else AutoModel
+        ).from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load weights from {path}: {e}") from e
     if shift is None:

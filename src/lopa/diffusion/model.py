@@ -6,6 +6,7 @@ committed tokens before it and bidirectionally to itself. Committed tokens there
 never look at the noisy block, so their keys/values are exact and cacheable; this is
 what lets finished blocks go into a KV cache without any approximation.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

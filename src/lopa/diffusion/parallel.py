@@ -7,6 +7,7 @@ owner broadcasts its logits, the only per-branch state the next iteration needs
 (branches never write the KV cache, which holds committed tokens only). gloo on CPU.
 Works under `torchrun` or through `spawn`.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,18 +31,21 @@ class DistributedEvaluator:
         rank, world = dist.get_rank(), dist.get_world_size()
         n, b = branches.shape
         per = -(-n // world)
-        mine = branches[rank * per:(rank + 1) * per]
+        mine = branches[rank * per : (rank + 1) * per]
         scores = torch.full((per,), -float("inf"), device=branches.device)
         logits = None
         if len(mine):
             logits = adapter.logits(ctx, mine)
-            scores[:len(mine)] = branch_scores(logits, mine, adapter.mask_token_id, kind)
+            scores[: len(mine)] = branch_scores(logits, mine, adapter.mask_token_id, kind)
         every = [torch.empty_like(scores) for _ in range(world)]
         dist.all_gather(every, scores)
         w = int(torch.cat(every).argmax())
         owner = w // per
-        buf = logits[w - owner * per].contiguous() if rank == owner else torch.empty(
-            b, adapter.vocab_size, device=branches.device)
+        buf = (
+            logits[w - owner * per].contiguous()
+            if rank == owner
+            else torch.empty(b, adapter.vocab_size, device=branches.device)
+        )
         dist.broadcast(buf, src=owner)
         return w, buf
 
@@ -81,8 +85,13 @@ def spawn(procs: int, fn, *args, threads: int = 1, timeout_s: float = 300):
     """
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    pc = mp.start_processes(_worker, (procs, _free_port(), threads, timeout_s, fn, args, queue), nprocs=procs,
-                            join=False, start_method="spawn")
+    pc = mp.start_processes(
+        _worker,
+        (procs, _free_port(), threads, timeout_s, fn, args, queue),
+        nprocs=procs,
+        join=False,
+        start_method="spawn",
+    )
     while queue.empty() and not pc.join(timeout=0.05):  # join raises if a worker failed
         pass
     result = queue.get()
@@ -91,8 +100,9 @@ def spawn(procs: int, fn, *args, threads: int = 1, timeout_s: float = 300):
     return result
 
 
-def decode_job(model_path: str | None, cfg: DecodeConfig, prompts: list[list[int]],
-               trust_remote_code: bool = False) -> list[tuple[list[int], dict]]:
+def decode_job(
+    model_path: str | None, cfg: DecodeConfig, prompts: list[list[int]], trust_remote_code: bool = False
+) -> list[tuple[list[int], dict]]:
     """Decode every prompt with branches split over the current process group (a `spawn` target)."""
     adapter, _ = load_dllm(model_path, trust_remote_code)
     dec = DiffusionDecoder(adapter, cfg, DistributedEvaluator() if dist.is_initialized() else None)

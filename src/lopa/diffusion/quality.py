@@ -5,6 +5,7 @@ conditionals, factored left to right inside each block: row i of one batched for
 sees the block's first i tokens and masks the rest. A decoding order that drifts into
 text the model finds unlikely shows up as a higher loss.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,13 +17,13 @@ def output_loss(adapter, prompt: list[int], out: list[int], block_size: int) -> 
     """Mean negative log-likelihood (nats per token) of `out` after `prompt`; one forward per block."""
     ctx, total = adapter.begin(prompt), 0.0
     for s in range(0, len(out), block_size):
-        blk = torch.tensor(out[s:s + block_size], device=adapter.device)
+        blk = torch.tensor(out[s : s + block_size], device=adapter.device)
         b = len(blk)
         rows = blk.repeat(b, 1)
         rows[torch.arange(b)[:, None] <= torch.arange(b)[None, :]] = adapter.mask_token_id
         logp = torch.log_softmax(adapter.logits(ctx, rows), -1)
         total -= logp[torch.arange(b), torch.arange(b), blk].sum().item()
-        adapter.commit(ctx, out[s:s + block_size])
+        adapter.commit(ctx, out[s : s + block_size])
     return total / len(out)
 
 
@@ -39,7 +40,7 @@ def completion_tasks(n: int, context: int = 384, min_len: int = 12) -> list[tupl
         off = 0
         for ln in lines:
             if off >= context and len(ln.strip()) >= min_len and not ln.lstrip().startswith("#"):
-                cands.append((text[off - context:off], ln.rstrip("\n")))
+                cands.append((text[off - context : off], ln.rstrip("\n")))
             off += len(ln)
     step = max(1, len(cands) // n)
     return cands[::step][:n]

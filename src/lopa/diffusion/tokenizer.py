@@ -3,6 +3,7 @@
 Bytes need no training and no vocabulary file, and they can spell any text, so the
 shipped model has no out-of-vocabulary case; the JSON file only records the special ids.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,6 +27,6 @@ class ByteTokenizer:
         Path(path).write_text(json.dumps({"type": "byte", "specials": SPECIALS}, indent=1))
 
     @classmethod
-    def load(cls, path: Path) -> "ByteTokenizer":
+    def load(cls, path: Path) -> ByteTokenizer:
         sp = json.loads(Path(path).read_text())["specials"]
         return cls(sp["<mask>"], sp["<eos>"])

@@ -4,6 +4,7 @@ Each step takes random byte windows, masks every block with its own ratio t ~ U(
 and trains on the concatenation [noisy; clean] under `training_mask`, so one pass
 teaches denoising of every block given exact clean context (the inference setting).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,21 @@ def save_model(model: DLLM, out: Path, extra: dict) -> None:
     ByteTokenizer(model.cfg.mask_token_id, model.cfg.eos_token_id).save(out / "tokenizer.json")
 
 
-def train(out: Path, steps: int, batch: int, seq: int, block: int, dim: int, layers: int, heads: int,
-          lr: float, seed: int, threads: int, log_every: int, bf16: bool) -> Path:
+def train(
+    out: Path,
+    steps: int,
+    batch: int,
+    seq: int,
+    block: int,
+    dim: int,
+    layers: int,
+    heads: int,
+    lr: float,
+    seed: int,
+    threads: int,
+    log_every: int,
+    bf16: bool,
+) -> Path:
     """Train and save to `out`; returns the log path (JSON lines: step, loss, eval_loss, elapsed_s)."""
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -62,7 +76,7 @@ def train(out: Path, steps: int, batch: int, seq: int, block: int, dim: int, lay
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "train_log.jsonl"
     egen = torch.Generator().manual_seed(seed + 1)
-    ex = torch.stack([evald[i:i + seq] for i in torch.randint(len(evald) - seq, (32,), generator=egen).tolist()])
+    ex = torch.stack([evald[i : i + seq] for i in torch.randint(len(evald) - seq, (32,), generator=egen).tolist()])
     meta = dict(steps=steps, batch=batch, seq=seq, block=block, lr=lr, seed=seed, params=param_count(model))
     t0, run = time.time(), None
     with log_path.open("w") as log, tqdm(range(1, steps + 1), desc="train-dllm") as bar:
@@ -71,7 +85,7 @@ def train(out: Path, steps: int, batch: int, seq: int, block: int, dim: int, lay
             for g in opt.param_groups:
                 g["lr"] = lr * min(1.0, step / 100) * 0.5 * (1 + math.cos(math.pi * frac))
             idx = torch.randint(len(data) - seq, (batch,), generator=gen)
-            x = torch.stack([data[i:i + seq] for i in idx.tolist()])
+            x = torch.stack([data[i : i + seq] for i in idx.tolist()])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = batch_loss(model, x, block, gen, mask)
             opt.zero_grad(set_to_none=True)

@@ -7,9 +7,9 @@ of guess (match length, pool rank, ...) and learns it from every verification st
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
 
-from ..decode.feedback import StepFeedback
+from .base import StepFeedback
 
 
 class AcceptanceRates:

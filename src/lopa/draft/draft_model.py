@@ -16,16 +16,16 @@ can change the output.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from ..models.runner import Runner
-from ..decode.feedback import StepFeedback
+from .base import Drafter, StepFeedback
 from .tree import Proposal
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     def __init__(
         self,
         runner: Runner,

@@ -10,11 +10,11 @@ parallel predictions produce, seeded from the prompt.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..decode.feedback import StepFeedback
-from .tree import Proposal
+from .base import Drafter, StepFeedback
 from .calibration import AcceptanceRates
+from .tree import Proposal
 
 
 class NGramIndex:
@@ -47,7 +47,7 @@ class NGramIndex:
         return found
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Propose what followed earlier occurrences of the current suffix in prompt and output."""
 
     source = "lookup"
@@ -87,7 +87,7 @@ class PromptLookupDrafter:
         self.rates.learn(feedback, self.last)
 
 
-class JacobiPoolDrafter:
+class JacobiPoolDrafter(Drafter):
     """A Jacobi guess chain plus an n-gram pool fed by the target's parallel predictions."""
 
     source = "pool"

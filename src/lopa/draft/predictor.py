@@ -56,7 +56,7 @@ class PredictorConfig:
         draft_vocab_size: int | None = None,
         intermediate_size: int | None = None,
         name: str = "",
-    ) -> "PredictorConfig":
+    ) -> PredictorConfig:
         """A predictor shaped like the base's own layers (attention heads, rope), `intermediate_size` wide."""
         text = model.config.get_text_config()
         n, hidden = text.num_hidden_layers, text.hidden_size
@@ -78,10 +78,14 @@ class PredictorConfig:
             max_position_embeddings=text.max_position_embeddings,
             rope_parameters=rope if isinstance(rope, dict) and "rope_type" in rope else None,
         )
-        return cls(layer.to_diff_dict(), aux, min(draft_vocab_size or vocab, vocab), hidden, model_identity(model, name))
+        return cls(
+            layer.to_diff_dict(), aux, min(draft_vocab_size or vocab, vocab), hidden, model_identity(model, name)
+        )
 
     def layer_config(self) -> LlamaConfig:
-        fields_ = {k: v for k, v in self.layer.items() if k not in ("model_type", "transformers_version", "architectures")}
+        fields_ = {
+            k: v for k, v in self.layer.items() if k not in ("model_type", "transformers_version", "architectures")
+        }
         config = LlamaConfig(**fields_)
         config._attn_implementation = "sdpa"
         return config
@@ -92,7 +96,9 @@ def _eagle3_layer(config: LlamaConfig) -> LlamaDecoderLayer:
     layer = LlamaDecoderLayer(config, layer_idx=0)
     attn = layer.self_attn
     for name in ("q_proj", "k_proj", "v_proj"):
-        setattr(attn, name, nn.Linear(2 * config.hidden_size, getattr(attn, name).out_features, bias=config.attention_bias))
+        setattr(
+            attn, name, nn.Linear(2 * config.hidden_size, getattr(attn, name).out_features, bias=config.attention_bias)
+        )
     layer.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
     return layer
 
@@ -149,7 +155,12 @@ class Eagle3Predictor(nn.Module):
         return self.fc(layers.float())
 
     def forward(
-        self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Cache | None
+        self,
+        features: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+        cache: Cache | None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows [B, T]: input features [B, T, hidden], target token ids, positions and an additive mask
         [B or 1, 1, T, keys] over the cache's rows and these. Returns (draft logits [B, T, draft_vocab],
@@ -239,7 +250,9 @@ def warm_up(predictor: Eagle3Predictor, rows: int) -> None:
     device = predictor.fc.weight.device
     for n in range(1, rows + 1):
         features = predictor.fuse(torch.zeros(n, predictor.fc.in_features, device=device))
-        PredictorCache(capacity=n).run(predictor, features, torch.zeros(n, dtype=torch.long), torch.arange(n) + 1, causal(n))
+        PredictorCache(capacity=n).run(
+            predictor, features, torch.zeros(n, dtype=torch.long), torch.arange(n) + 1, causal(n)
+        )
 
 
 def causal(n: int) -> torch.Tensor:

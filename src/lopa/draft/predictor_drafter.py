@@ -23,15 +23,15 @@ It never touches the target's KV cache; its own is discarded past the committed 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 
-from ..decode.feedback import StepFeedback
-from .tree import Proposal
+from .base import Drafter, StepFeedback
 from .calibration import AcceptanceRates
 from .predictor import Eagle3Predictor, PredictorCache, causal
+from .tree import Proposal
 
 
 @dataclass
@@ -58,7 +58,7 @@ class _Path:
 CUTOFF_SMOOTHING = 0.3  # weight of the newest step in the expansion cutoff
 
 
-class PredictorDrafter:
+class PredictorDrafter(Drafter):
     source = "predictor"
 
     def __init__(
@@ -131,7 +131,9 @@ class PredictorDrafter:
                     self.rates.record(key, node in kept)
         if self.last:
             observed = min(verified) if verified else best
-            self.cutoff = observed if self.cutoff == -math.inf else self.cutoff + CUTOFF_SMOOTHING * (observed - self.cutoff)
+            self.cutoff = (
+                observed if self.cutoff == -math.inf else self.cutoff + CUTOFF_SMOOTHING * (observed - self.cutoff)
+            )
         self.last = []
 
     def summary(self) -> dict:
@@ -140,7 +142,9 @@ class PredictorDrafter:
 
     def propose(self, context: Sequence[int], max_depth: int) -> list[Proposal]:
         if self.prefill is not None:  # rows for prompt[1:] + the first token, from the prompt's features
-            self.pending.insert(0, (list(context[1:len(context) - sum(len(t) for t, _ in self.pending)]), self.prefill))
+            self.pending.insert(
+                0, (list(context[1 : len(context) - sum(len(t) for t, _ in self.pending)]), self.prefill)
+            )
             self.prefill = None
         if self.pending:
             self._flush()

@@ -66,7 +66,10 @@ def speculators_config(predictor: Eagle3Predictor, speculative_tokens: int = 5) 
             "algorithm": "eagle3",
             "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
-            "verifier": {"name_or_path": base.get("base_name") or None, "architectures": [base.get("architecture", "")]},
+            "verifier": {
+                "name_or_path": base.get("base_name") or None,
+                "architectures": [base.get("architecture", "")],
+            },
         },
         "lopa": {"format": FORMAT, "base": base, "training": c.training},
     }
@@ -118,7 +121,9 @@ def _check_base(config: PredictorConfig, model, path: Path) -> None:
     }
     if config.base.get("fingerprint"):  # files from elsewhere carry no fingerprint
         fingerprints = [config.base["fingerprint"], *config.base.get("fingerprints", [])]
-        found["fingerprint"] = base["fingerprint"] if base["fingerprint"] in fingerprints else config.base["fingerprint"]
+        found["fingerprint"] = (
+            base["fingerprint"] if base["fingerprint"] in fingerprints else config.base["fingerprint"]
+        )
     for key, value in found.items():
         if value != base[key]:
             raise ModelLoadError(
@@ -182,7 +187,9 @@ def load_predictor(path: Path | str, model) -> Eagle3Predictor:
     try:
         predictor.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:  # missing keys or shape mismatches
-        raise ModelLoadError(f"{path / WEIGHTS} does not match its config: {str(exc).splitlines()[-1].strip()}") from None
+        raise ModelLoadError(
+            f"{path / WEIGHTS} does not match its config: {str(exc).splitlines()[-1].strip()}"
+        ) from None
     ids = predictor.draft_ids
     if int(ids.min()) < 0 or int(ids.max()) >= predictor.t2d.numel():
         raise ModelLoadError(f"{path / WEIGHTS} maps draft ids outside the target vocabulary")

@@ -3,15 +3,31 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Protocol
 
+from torch import nn
+
+from ..config import DraftConfig
 from ..models.runner import Runner
 from .base import Drafter
 from .draft_model import DraftModelDrafter
 from .ngram import JacobiPoolDrafter, PromptLookupDrafter
+from .predictor import Eagle3Predictor
 from .predictor_drafter import PredictorDrafter
 
-DrafterFactory = Callable[[Any], Drafter | None]  # engine -> a fresh drafter, or None
+
+class DrafterHost(Protocol):
+    """What a drafter factory may read of the engine (lopa.api.Engine is one)."""
+
+    draft: DraftConfig
+    predictor: Eagle3Predictor | None
+
+    @property
+    def draft_model(self) -> nn.Module: ...
+
+
+DrafterFactory = Callable[[DrafterHost], Drafter | None]  # engine -> a fresh drafter, or None
 DRAFTERS: dict[str, DrafterFactory] = {}
 
 
@@ -25,25 +41,25 @@ def drafter(name: str) -> Callable[[DrafterFactory], DrafterFactory]:
     return register
 
 
-def new_drafters(engine: Any) -> list[Drafter]:
+def new_drafters(engine: DrafterHost) -> list[Drafter]:
     """A fresh drafter of every registered kind that applies to `engine`, in registration order."""
     return [d for factory in DRAFTERS.values() if (d := factory(engine)) is not None]
 
 
 @drafter("lookup")
-def _prompt_lookup(engine: Any) -> Drafter | None:
+def _prompt_lookup(engine: DrafterHost) -> Drafter | None:
     c = engine.draft
     return PromptLookupDrafter(c.prompt_lookup_max_ngram, c.prompt_lookup_matches) if c.use_prompt_lookup else None
 
 
 @drafter("pool")
-def _ngram_pool(engine: Any) -> Drafter | None:
+def _ngram_pool(engine: DrafterHost) -> Drafter | None:
     c = engine.draft
     return JacobiPoolDrafter(c.ngram_size, c.pool_guesses, c.jacobi_window) if c.use_ngram_pool else None
 
 
 @drafter("predictor")
-def _predictor(engine: Any) -> Drafter | None:
+def _predictor(engine: DrafterHost) -> Drafter | None:
     c = engine.draft
     if engine.predictor is None:
         return None
@@ -51,6 +67,6 @@ def _predictor(engine: Any) -> Drafter | None:
 
 
 @drafter("draft")
-def _draft_model(engine: Any) -> Drafter | None:
+def _draft_model(engine: DrafterHost) -> Drafter | None:
     c = engine.draft
     return DraftModelDrafter(Runner(engine.draft_model), c.draft_depth, c.draft_alternatives) if c.draft_model else None

@@ -62,7 +62,7 @@ class Packing:
     blocks: tuple[QueryBlock, ...]
 
     @classmethod
-    def of(cls, real: torch.Tensor) -> "Packing":
+    def of(cls, real: torch.Tensor) -> Packing:
         """The packing of the True cells of `real` [batch, width]: a first-column block and a block of the rest."""
         columns, rows = real.t().nonzero(as_tuple=True)
         first_column = int((columns == 0).sum())
@@ -83,7 +83,7 @@ class Packing:
             blocks.append(QueryBlock(tokens, block, None if dense else (local, block_columns), first, width))
         return cls(rows, columns, real.shape[1], tuple(blocks))
 
-    def to(self, device: torch.device) -> "Packing":
+    def to(self, device: torch.device) -> Packing:
         move = lambda t: t.to(device) if isinstance(t, torch.Tensor) else t  # noqa: E731
         blocks = tuple(
             QueryBlock(b.tokens, move(b.rows), None if b.place is None else tuple(map(move, b.place)), b.first, b.width)
@@ -128,7 +128,9 @@ def tree_attention(
     grouped = getattr(module, "num_key_value_groups", 1) > 1
     plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "s_aux"))
     if not (grouped and plain and attention_mask is not None and query.device.type == "cpu"):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     mask = attention_mask[:, :, :, : key.shape[-2]]
     (b, heads, t, dim), groups = query.shape, module.num_key_value_groups
     # each KV head's query heads folded into its query length: the CPU kernel's fast shape for several rows of
@@ -139,7 +141,9 @@ def tree_attention(
             folded, key, value, attn_mask=mask.repeat(1, 1, groups, 1), dropout_p=dropout, scale=scaling
         )
         return out.view(b, heads, t, dim).transpose(1, 2).contiguous(), None
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, enable_gqa=True
+    )
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -15,8 +15,15 @@ from torch.profiler import ProfilerActivity, profile
 from .profile import chain, forward_latency
 from .runner import Runner
 
-MATMUL_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise",
-              "lopa::packed_linear", "aten::_int_mm"}
+MATMUL_OPS = {
+    "aten::linear",
+    "aten::addmm",
+    "aten::mm",
+    "aten::matmul",
+    "mkldnn::_linear_pointwise",
+    "lopa::packed_linear",
+    "aten::_int_mm",
+}
 ATTENTION_OPS = {"aten::scaled_dot_product_attention"}
 PARTS = ("matmul", "vocab", "attention", "other_kernels", "dispatch")
 
@@ -50,7 +57,11 @@ def floors(runner: Runner, tokens: int, prefix: int, bandwidth: float) -> dict[s
     decoder.pop(id(model.get_input_embeddings().weight), None)  # the embedding is gathered, not multiplied
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * (prefix + tokens) * head.element_size()
-    return {"matmul": sum(decoder.values()) / bandwidth, "vocab": head_bytes / bandwidth, "attention": kv_bytes / bandwidth}
+    return {
+        "matmul": sum(decoder.values()) / bandwidth,
+        "vocab": head_bytes / bandwidth,
+        "attention": kv_bytes / bandwidth,
+    }
 
 
 def forward_breakdown(runner: Runner, tokens: int, prefix: int, bandwidth: float, reps: int = 5) -> dict:

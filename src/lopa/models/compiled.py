@@ -1,11 +1,8 @@
 """Verification forwards through torch.compile (inductor), at a few fixed tree sizes.
 
 Compiling the stock forward fuses the pointwise work around the matrix products (norms,
-rotary embedding, activations, residual adds) and drops the per-op Python dispatch: on
-the default model at 2 CPU threads a 1-token forward goes from ~35 to ~28 ms and a
-16-token tree from ~61 to ~50 ms (docs/bench/profile/profile.json against
-docs/bench/profile-compiled/profile.json, made by `OMP_NUM_THREADS=2 lopa profile [--compile]`).
-Each distinct shape is a compilation (slow on a CPU, cached on disk by inductor), so trees
+rotary embedding, activations, residual adds) and drops the per-op Python dispatch (what it
+gains and costs at start-up on a CPU: README, "Compiled runner"). Each distinct shape is a compilation (slow on a CPU, cached on disk by inductor), so trees
 are padded up to a size bucket and the growing KV length is left to dynamo's automatic
 dynamic shapes: one graph per bucket, whatever the prefix. Padding queries copy the first
 query's mask row and position and their keys are hidden from every real query, so the
@@ -19,7 +16,8 @@ replays it (mode "reduce-overhead"). On a CPU the dynamic KV length is cheaper.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

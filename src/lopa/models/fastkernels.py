@@ -48,7 +48,9 @@ def stock_twin(model: PreTrainedModel) -> PreTrainedModel:
     if not has_fast_kernels(model):
         return model
     with torch.device("meta"):
-        twin = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=model.dtype, attn_implementation="sdpa")
+        twin = AutoModelForCausalLM.from_config(
+            copy.deepcopy(model.config), dtype=model.dtype, attn_implementation="sdpa"
+        )
     twin.load_state_dict(model.state_dict(), assign=True, strict=True)
     for name, buffer in model.named_buffers():  # non-persistent buffers (rotary frequencies) are not in the state dict
         module_name, _, attr = name.rpartition(".")

@@ -15,8 +15,10 @@ import numpy as np
 
 from .catalog import cache_root
 
-PRECISIONS = {"f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
-              "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16)}
+PRECISIONS = {
+    "f32": (gguf.GGMLQuantizationType.F32, gguf.LlamaFileType.ALL_F32),
+    "bf16": (gguf.GGMLQuantizationType.BF16, gguf.LlamaFileType.MOSTLY_BF16),
+}
 
 
 def full_precision_gguf(source: Path, precision: str) -> Path:
@@ -34,10 +36,14 @@ def full_precision_gguf(source: Path, precision: str) -> Path:
     arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
     writer = gguf.GGUFWriter(tmp, arch)
     for field in reader.fields.values():
-        if field.name in (gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.FILE_TYPE) or field.name.startswith("GGUF."):
+        if field.name in (gguf.Keys.General.ARCHITECTURE, gguf.Keys.General.FILE_TYPE) or field.name.startswith(
+            "GGUF."
+        ):
             continue  # written by GGUFWriter itself, or set below
         kind = field.types[0]
-        writer.add_key_value(field.name, field.contents(), kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+        writer.add_key_value(
+            field.name, field.contents(), kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        )
     writer.add_file_type(file_type)
     for tensor in reader.tensors:
         weights = gguf.quants.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)

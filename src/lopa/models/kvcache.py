@@ -32,7 +32,9 @@ class TreeKVLayer(StaticLayer):
             self.cumulative_length = offset  # StaticLayer marks it a static address along with the buffers
 
     @classmethod
-    def over(cls, keys: torch.Tensor, values: torch.Tensor, length: int, offset: torch.Tensor | None = None) -> "TreeKVLayer":
+    def over(
+        cls, keys: torch.Tensor, values: torch.Tensor, length: int, offset: torch.Tensor | None = None
+    ) -> TreeKVLayer:
         """A layer on existing buffers (a row range of the runner's slots), filled up to `length`."""
         layer = cls(keys.shape[2], offset)
         layer.keys, layer.values, layer.device = keys, values, keys.device
@@ -66,7 +68,11 @@ class TreeKVCache(Cache):
     """The transformers Cache holding one TreeKVLayer per decoder layer, all at one length."""
 
     def __init__(
-        self, num_layers: int, capacity: int, layers: list[TreeKVLayer] | None = None, offset: torch.Tensor | None = None
+        self,
+        num_layers: int,
+        capacity: int,
+        layers: list[TreeKVLayer] | None = None,
+        offset: torch.Tensor | None = None,
     ):
         super().__init__(layers=layers or [TreeKVLayer(capacity) for _ in range(num_layers)])
         self.capacity = capacity
@@ -79,7 +85,7 @@ class TreeKVCache(Cache):
         length: int,
         offset: torch.Tensor | None = None,
         packing: Packing | None = None,
-    ) -> "TreeKVCache":
+    ) -> TreeKVCache:
         """A cache writing into existing per-layer (keys, values) buffers [batch, kv_heads, capacity, head_dim],
         filled up to `length`; `offset` (a device tensor): a static cache writing there; `packing`: packed rows
         to write (module docstring)."""

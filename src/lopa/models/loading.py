@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import logging as hf_logging
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import logging as hf_logging
 
 from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf

@@ -97,7 +97,9 @@ def load_or_measure_surface(runner: Runner, fingerprint: str, max_rows: int = 1,
     """The cached latency surface for this model/precision/device/threads; cells it lacks are measured and added."""
     path = profile_path(fingerprint, runner)
     data = json.loads(path.read_text()) if path.exists() else {"prefix": COST_PREFIX}
-    surface: Surface = {int(r): {int(t): s for t, s in row.items()} for r, row in data.get("latency_surface_s", {}).items()}
+    surface: Surface = {
+        int(r): {int(t): s for t, s in row.items()} for r, row in data.get("latency_surface_s", {}).items()
+    }
     surface.setdefault(1, {}).update({int(t): s for t, s in data.get("latency_s", {}).items()})
     missing = [(r, t) for r, t in surface_cells(max_rows, sizes) if t not in surface.get(r, {})]
     if missing:

@@ -32,7 +32,9 @@ FP64_ATTENTION = "lopa_fp64_sdpa"
 
 def fp64_sdpa_attention(module, query, key, value, attention_mask, *args, **kwargs):
     """transformers' SDPA attention computed in float64, returned in the query's dtype."""
-    mask = attention_mask.double() if attention_mask is not None and attention_mask.is_floating_point() else attention_mask
+    mask = (
+        attention_mask.double() if attention_mask is not None and attention_mask.is_floating_point() else attention_mask
+    )
     out, weights = sdpa_attention_forward(module, query.double(), key.double(), value.double(), mask, *args, **kwargs)
     return out.to(query.dtype), weights
 

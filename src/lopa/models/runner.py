@@ -14,8 +14,9 @@ about drafting: it gets tokens, depths and an ancestor matrix per row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel
@@ -133,10 +134,16 @@ class Runner:
         # EAGLE-3's low/middle/high layers; ForwardOutput.layers carries them. Empty: no hidden states at all
         self.hidden_layers: tuple[int, ...] = ()
 
-    def sibling(self, slots: int, capacity: int) -> "Runner":
-        """A runner of `slots` slots over the same model, compiled forward and hidden layers."""
+    def sibling(self, slots: int, capacity: int) -> Runner:
+        """A runner of `slots` slots of `capacity` rows (and a compiled forward's padding) over the same model,
+        compiled forward and hidden layers."""
         runner = Runner(
-            self.model, slots, capacity, max_verify_tokens=self.max_verify_tokens, compiled=self.compiled, static=self.static
+            self.model,
+            slots,
+            capacity + self.padding,
+            max_verify_tokens=self.max_verify_tokens,
+            compiled=self.compiled,
+            static=self.static,
         )
         runner.hidden_layers = self.hidden_layers
         return runner
@@ -163,9 +170,14 @@ class Runner:
         self.kv, self.capacity = kv, capacity
         self.buffers = [(layer[0], layer[1]) for layer in kv]
 
+    @property
+    def padding(self) -> int:
+        """KV rows a compiled forward may write past a sequence's own: its tree padded up to a size bucket."""
+        return BUCKETS[-1] if self.compiled is not None else 0
+
     def reserve(self, rows: int) -> None:
         """Room for `rows` KV rows per slot (plus a compiled forward's padding) before decoding starts."""
-        self._grow(rows + (BUCKETS[-1] if self.compiled is not None else 0))
+        self._grow(rows + self.padding)
 
     def _view(self, lo: int, hi: int, length: int, packing: Packing | None = None) -> TreeKVCache:
         return TreeKVCache.over([(k[lo:hi], v[lo:hi]) for k, v in self.buffers], length, self.offset, packing)
@@ -229,13 +241,21 @@ class Runner:
             **({"lopa_packing": packing} if packing is not None else {}),
         )
         logits = out.logits if last_only else out.logits[:, :t]
-        layers = torch.cat([out.hidden_states[i][:, :t] for i in self.hidden_layers], -1) if self.hidden_layers else None
+        layers = (
+            torch.cat([out.hidden_states[i][:, :t] for i in self.hidden_layers], -1) if self.hidden_layers else None
+        )
         if model is not self.model and self.static:  # a CUDA graph's next replay overwrites its outputs
             logits, layers = logits.clone(), None if layers is None else layers.clone()
         return logits, layers
 
     def _forward(
-        self, rows: slice, prefix: list[int], start: int, trees: TreeTensors, last_only: bool, sizes: list[int] | None = None
+        self,
+        rows: slice,
+        prefix: list[int],
+        start: int,
+        trees: TreeTensors,
+        last_only: bool,
+        sizes: list[int] | None = None,
     ):
         """Write trees [B, T, ...] at column `start` of slots `rows` (committed lengths `prefix`) and run them,
         in chunks of max_verify_tokens; returns logits [B, T or 1, vocab] and hidden layers or None.
@@ -297,9 +317,10 @@ class Runner:
         if packed:  # [1, N, ...], row after row
             per_row = logits[0].split(sizes), [None] * n if layers is None else layers[0].split(sizes)
         else:
-            per_row = [logits[r, :size] for r, size in enumerate(sizes)], [
-                None if layers is None else layers[r, :size] for r, size in enumerate(sizes)
-            ]
+            per_row = (
+                [logits[r, :size] for r, size in enumerate(sizes)],
+                [None if layers is None else layers[r, :size] for r, size in enumerate(sizes)],
+            )
         return [ForwardOutput(row_logits, row_layers) for row_logits, row_layers in zip(*per_row)]
 
     def commit(self, slot: int, nodes: list[int]) -> None:

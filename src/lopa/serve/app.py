@@ -1,7 +1,8 @@
 """The FastAPI app: OpenAI routes, SSE streaming, auth, errors, metrics and the web page.
 
 Handlers only translate HTTP to scheduler jobs and events back to OpenAI bodies; they
-never touch the model (the scheduler thread owns it).
+never touch the model (the scheduler thread owns it). They are module-level functions over
+one `Server` state object, kept on the app.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
-from jinja2 import TemplateError
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from jinja2 import TemplateError
 from starlette.exceptions import HTTPException
 
 from ..config import GenerationConfig
@@ -26,7 +27,7 @@ from .guard import Guard
 from .limits import BodyLimit, max_token_chars
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .protocol import ChatRequest, CompletionRequest, Reply, UnsupportedField, error_body
-from .scheduler import Closed, Event, Job, QueueFull, Scheduler
+from .scheduler import Closed, DecodingEngine, Event, Job, QueueFull, Scheduler
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_MAX_TOKENS = 256
@@ -77,170 +78,221 @@ def _error(status: int, message: str, type: str = "invalid_request_error", param
     return JSONResponse(error_body(message, type, param, code), status_code=status, headers=headers)
 
 
-def create_app(engine, options: ServeOptions) -> FastAPI:
+@dataclass
+class Server:
+    """What every handler reads: the engine (tokenizing and checks only), the scheduler that decodes, the limits."""
+
+    engine: DecodingEngine
+    options: ServeOptions
+    scheduler: Scheduler
+    capacity: int  # KV rows per batch slot
+    max_chars: int  # no prompt of more characters fits the context
+
+    @property
+    def model_name(self) -> str:
+        return self.engine.loaded.name
+
+
+router = APIRouter()
+
+
+def create_app(engine: DecodingEngine, options: ServeOptions) -> FastAPI:
     capacity = min(options.max_context, engine.runner.max_positions)
-    scheduler = Scheduler(engine, engine.runner.sibling(options.max_batch, capacity), options.max_queue, options.prefill_chunk)
-    model_name = engine.loaded.name
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        scheduler.start()
-        yield
-        await asyncio.to_thread(scheduler.close, options.drain_s)
-
+    runner = engine.runner.sibling(options.max_batch, capacity)
+    scheduler = Scheduler(engine, runner, options.max_queue, options.prefill_chunk)
     docs = {} if options.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
-    app = FastAPI(title="lopa", lifespan=lifespan, **docs)
+    app = FastAPI(title="lopa", lifespan=_lifespan, **docs)
     app.add_middleware(BodyLimit, limit=options.max_body_bytes)
     app.add_middleware(Guard, api_key=options.api_key, allowed_hosts=options.allowed_hosts)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)
+    app.include_router(router)
+    app.state.server = Server(engine, options, scheduler, capacity, capacity * max_token_chars(engine.tokenizer))
     app.state.scheduler = scheduler
-    max_chars = capacity * max_token_chars(engine.tokenizer)  # no prompt of more characters fits the context
+    return app
 
-    def token_text(token: int) -> str:
-        return engine.tokenizer.decode([token])
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0]
-        if first.get("type") == "json_invalid":
-            return _error(400, f"the body is not valid JSON: {first.get('msg')}")
-        cause = first.get("ctx", {}).get("error")
-        if isinstance(cause, UnsupportedField):
-            return _error(400, str(cause), param=cause.field, code="unsupported_parameter")
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        return _error(422, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", param=".".join(loc) or None)
+@asynccontextmanager
+async def _lifespan(app: FastAPI):
+    server: Server = app.state.server
+    server.scheduler.start()
+    yield
+    await asyncio.to_thread(server.scheduler.close, server.options.drain_s)
 
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, exc: HTTPException):
-        return _error(exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500 else "server_error")
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):
-        """A bug, not the client's fault: still a JSON body, and the server goes on."""
-        return _error(500, f"internal error: {exc!r}", "server_error")
+def _server(request: Request) -> Server:
+    return request.app.state.server
 
-    def _job_config(body, prompt_len: int) -> GenerationConfig:
-        wanted = body.limit()
-        room = engine.answer_room(prompt_len, wanted, capacity)
-        cfg = GenerationConfig.from_options(
-            body,
-            max_new_tokens=wanted or min(DEFAULT_MAX_TOKENS, room),
-            stop=body.stops(),
-            logprobs=body.logprob_count(),
-            method="lopa" if options.parallel else "ar",
+
+async def _invalid(request: Request, exc: RequestValidationError):
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return _error(400, f"the body is not valid JSON: {first.get('msg')}")
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, UnsupportedField):
+        return _error(400, str(cause), param=cause.field, code="unsupported_parameter")
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    return _error(422, f"{'.'.join(loc) or 'body'}: {first.get('msg')}", param=".".join(loc) or None)
+
+
+async def _http(request: Request, exc: HTTPException):
+    return _error(
+        exc.status_code, str(exc.detail), "invalid_request_error" if exc.status_code < 500 else "server_error"
+    )
+
+
+async def _unexpected(request: Request, exc: Exception):
+    """A bug, not the client's fault: still a JSON body, and the server goes on."""
+    return _error(500, f"internal error: {exc!r}", "server_error")
+
+
+def _job_config(server: Server, body, prompt_len: int) -> GenerationConfig:
+    wanted = body.limit()
+    room = server.engine.answer_room(prompt_len, wanted, server.capacity)
+    cfg = GenerationConfig.from_options(
+        body,
+        max_new_tokens=wanted or min(DEFAULT_MAX_TOKENS, room),
+        stop=body.stops(),
+        logprobs=body.logprob_count(),
+        method="lopa" if server.options.parallel else "ar",
+    )
+    cfg.validate()
+    return cfg
+
+
+async def _prompt_ids(server: Server, body, chat: bool) -> list[int]:
+    """The request's prompt as token ids; raises InvalidRequestError where it cannot fit the context."""
+    prompt = [m.for_template() for m in body.messages] if chat else body.text()
+    chars = sum(len(m["content"]) for m in prompt) if chat else len(prompt)
+    if chars > server.max_chars:
+        raise InvalidRequestError(
+            f"the prompt has {chars} characters: more than this server's context ({server.capacity} tokens) can hold"
         )
-        cfg.validate()
-        return cfg
+    # tokenizing and templating take a while on long prompts: off the event loop
+    return await asyncio.to_thread(server.engine.encode_prompt, prompt, None if chat else False)
 
-    async def _serve(request: Request, body, chat: bool):
-        if body.model not in (None, model_name, "lopa"):
-            return _error(404, f"the model {body.model!r} does not exist; this server has {model_name!r}",
-                          param="model", code="model_not_found")
+
+async def _serve(request: Request, body, chat: bool):
+    server = _server(request)
+    if body.model not in (None, server.model_name, "lopa"):
+        return _error(
+            404,
+            f"the model {body.model!r} does not exist; this server has {server.model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    try:
+        ids = await _prompt_ids(server, body, chat)
+        cfg = _job_config(server, body, len(ids))
+    except TemplateError as exc:
+        return _error(400, f"the chat template refused these messages: {exc}", param="messages")
+    except (InvalidRequestError, ValueError) as exc:
+        return _error(400, str(exc))
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Event] = asyncio.Queue()
+    job = Job(
+        ids, cfg, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev), server.options.timeout, body.stream
+    )
+    try:
+        server.scheduler.submit(job)
+    except QueueFull as exc:
+        return _error(429, str(exc), "rate_limit_error", headers={"Retry-After": "1"})
+    except Closed as exc:
+        return _error(503, str(exc), "server_error", headers={"Retry-After": "5"})
+    reply = Reply(chat, body.model or server.model_name, lambda token: server.engine.tokenizer.decode([token]))
+    if body.stream:
+        return JobStream(job, _sse(request, job, events, reply), reply.headers)
+    return await _collect(request, job, events, reply)
+
+
+async def _next_event(request: Request, job: Job, events: asyncio.Queue) -> Event | None:
+    """The job's next event; None when its client left. The deadline is enforced here too, outside the
+    scheduler thread, so a request gets its answer even if that thread is stuck."""
+    deadline = job.arrived + job.timeout + DEADLINE_GRACE_S
+    while True:
+        if await request.is_disconnected():
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Event("error", error=f"the request timed out after {job.timeout:g} s", finish_reason="timeout")
         try:
-            prompt = [m.for_template() for m in body.messages] if chat else body.text()
-            chars = sum(len(m["content"]) for m in prompt) if chat else len(prompt)
-            if chars > max_chars:
-                raise InvalidRequestError(f"the prompt has {chars} characters: more than this server's context "
-                                          f"({capacity} tokens) can hold")
-            # tokenizing and templating take a while on long prompts: off the event loop
-            ids = await asyncio.to_thread(engine.encode_prompt, prompt, None if chat else False)
-            cfg = _job_config(body, len(ids))
-        except TemplateError as exc:
-            return _error(400, f"the chat template refused these messages: {exc}", param="messages")
-        except (InvalidRequestError, ValueError) as exc:
-            return _error(400, str(exc))
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Event] = asyncio.Queue()
-        job = Job(ids, cfg, lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev), options.timeout, body.stream)
-        try:
-            scheduler.submit(job)
-        except QueueFull as exc:
-            return _error(429, str(exc), "rate_limit_error", headers={"Retry-After": "1"})
-        except Closed as exc:
-            return _error(503, str(exc), "server_error", headers={"Retry-After": "5"})
-        reply = Reply(chat, body.model or model_name, token_text)
-        if body.stream:
-            return JobStream(job, _sse(request, job, events, reply), reply.headers)
-        return await _collect(request, job, events, reply)
+            return await asyncio.wait_for(events.get(), timeout=min(POLL_S, left))
+        except asyncio.TimeoutError:
+            continue
 
-    async def _next_event(request: Request, job: Job, events: asyncio.Queue) -> Event | None:
-        """The job's next event; None when its client left. The deadline is enforced here too, outside the
-        scheduler thread, so a request gets its answer even if that thread is stuck."""
-        deadline = job.arrived + job.timeout + DEADLINE_GRACE_S
-        while True:
-            if await request.is_disconnected():
-                return None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return Event("error", error=f"the request timed out after {job.timeout:g} s", finish_reason="timeout")
-            try:
-                return await asyncio.wait_for(events.get(), timeout=min(POLL_S, left))
-            except asyncio.TimeoutError:
-                continue
 
-    async def _collect(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
-        text, logprobs = [], [] if job.cfg.logprobs is not None else None
-        try:
-            while True:
-                ev = await _next_event(request, job, events)
-                if ev is None:
-                    return _error(499, "client closed the request")
-                if ev.kind == "step":
-                    text.append(ev.text)
-                    if logprobs is not None:
-                        logprobs.extend(ev.logprobs or [])
-                elif ev.kind == "error":
-                    status = 504 if ev.finish_reason == "timeout" else 500
-                    return _error(status, ev.error, "timeout" if status == 504 else "server_error")
-                else:
-                    lopa = ev.lopa | {"tokens_per_forward": ev.usage["completion_tokens"] / ev.lopa["forwards"]}
-                    body = reply.full("".join(text), ev.finish_reason, ev.usage, lopa, logprobs)
-                    return JSONResponse(body, headers=reply.headers)
-        finally:
-            job.cancelled = True  # no-op when finished; frees the slot when the client left
-
-    async def _sse(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
-        """The job's events as SSE chunks; JobStream releases the job however this ends."""
+async def _collect(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
+    text, logprobs = [], [] if job.cfg.logprobs is not None else None
+    try:
         while True:
             ev = await _next_event(request, job, events)
             if ev is None:
-                return
+                return _error(499, "client closed the request")
             if ev.kind == "step":
-                body = reply.chunk(ev.text, logprobs=ev.logprobs, lopa={"sources": ev.sources, "tokens": ev.tokens})
+                text.append(ev.text)
+                if logprobs is not None:
+                    logprobs.extend(ev.logprobs or [])
             elif ev.kind == "error":
-                body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
+                status = 504 if ev.finish_reason == "timeout" else 500
+                return _error(status, ev.error, "timeout" if status == 504 else "server_error")
             else:
-                body = reply.chunk("", ev.finish_reason, usage=ev.usage, lopa=ev.lopa)
-            yield f"data: {json.dumps(body)}\n\n"
-            if ev.kind != "step":
-                break
-        yield "data: [DONE]\n\n"
+                body = reply.full("".join(text), ev.finish_reason, ev.usage, ev.lopa, logprobs)
+                return JSONResponse(body, headers=reply.headers)
+    finally:
+        job.cancelled = True  # no-op when finished; frees the slot when the client left
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request, body: ChatRequest):
-        return await _serve(request, body, chat=True)
 
-    @app.post("/v1/completions")
-    async def completions(request: Request, body: CompletionRequest):
-        return await _serve(request, body, chat=False)
+async def _sse(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
+    """The job's events as SSE chunks; JobStream releases the job however this ends."""
+    while True:
+        ev = await _next_event(request, job, events)
+        if ev is None:
+            return
+        if ev.kind == "step":
+            body = reply.chunk(ev.text, logprobs=ev.logprobs, lopa={"sources": ev.sources, "tokens": ev.tokens})
+        elif ev.kind == "error":
+            body = error_body(ev.error, "timeout" if ev.finish_reason == "timeout" else "server_error")
+        else:
+            body = reply.chunk("", ev.finish_reason, usage=ev.usage, lopa=ev.lopa)
+        yield f"data: {json.dumps(body)}\n\n"
+        if ev.kind != "step":
+            break
+    yield "data: [DONE]\n\n"
 
-    @app.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "lopa"}]}
 
-    @app.get("/health")
-    async def health():
-        if scheduler.failure:
-            return JSONResponse({"status": "failed", "error": scheduler.failure, "model": model_name}, status_code=503)
-        if scheduler.closing:
-            return JSONResponse({"status": "draining", "model": model_name}, status_code=503)
-        return {"status": "ok", "model": model_name}
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request, body: ChatRequest):
+    return await _serve(request, body, chat=True)
 
-    @app.get("/metrics")
-    async def metrics():
-        return Response(scheduler.metrics.render(), media_type=METRICS_CONTENT_TYPE)
 
-    @app.get("/")
-    async def page():
-        return FileResponse(STATIC / "index.html")
+@router.post("/v1/completions")
+async def completions(request: Request, body: CompletionRequest):
+    return await _serve(request, body, chat=False)
 
-    return app
+
+@router.get("/v1/models")
+async def models(request: Request):
+    name = _server(request).model_name
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "lopa"}]}
+
+
+@router.get("/health")
+async def health(request: Request):
+    server = _server(request)
+    scheduler, name = server.scheduler, server.model_name
+    if scheduler.failure:
+        return JSONResponse({"status": "failed", "error": scheduler.failure, "model": name}, status_code=503)
+    if scheduler.closing:
+        return JSONResponse({"status": "draining", "model": name}, status_code=503)
+    return {"status": "ok", "model": name}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    return Response(_server(request).scheduler.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
+
+@router.get("/")
+async def page():
+    return FileResponse(STATIC / "index.html")

@@ -1,4 +1,4 @@
-"""`lopa serve` and `lopa bench-serve`."""
+"""`lopa serve`."""
 
 from __future__ import annotations
 
@@ -21,27 +21,40 @@ def register(subparsers) -> None:
     add_model_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=None,
-                       help="require 'Authorization: Bearer KEY' on /v1/* (visible in the process list: prefer the next two)")
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1/* (visible in the process list: prefer the next two)",
+    )
     serve.add_argument("--api-key-file", default=None, metavar="PATH", help="read the key from this file")
-    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
-                       help="without an API key, also answer requests whose Host is NAME (repeatable; IP addresses and "
-                            "localhost always are; other names are refused against DNS rebinding)")
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without an API key, also answer requests whose Host is NAME (repeatable; IP addresses and "
+        "localhost always are; other names are refused against DNS rebinding)",
+    )
     serve.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (open without a key)")
     serve.add_argument("--max-body-mb", type=float, default=8.0, help="larger request bodies get 413")
     serve.add_argument("--max-batch", type=int, default=8, help="requests decoded together")
     serve.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     serve.add_argument("--timeout", type=float, default=300.0, help="seconds per request, queueing included")
-    serve.add_argument("--max-context", type=int, default=2048, help="KV rows per batch slot (prompt + max_tokens + tree)")
-    serve.add_argument("--prefill-chunk", type=int, default=64, metavar="N",
-                       help="prompts longer than N tokens are prefilled N tokens per step, between the running batch's steps")
-    serve.add_argument("--no-parallel", action="store_true", help="batched plain decoding (one token per step), for comparison")
+    serve.add_argument(
+        "--max-context", type=int, default=2048, help="KV rows per batch slot (prompt + max_tokens + tree)"
+    )
+    serve.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=64,
+        metavar="N",
+        help="prompts longer than N tokens are prefilled N tokens per step, between the running batch's steps",
+    )
+    serve.add_argument(
+        "--no-parallel", action="store_true", help="batched plain decoding (one token per step), for comparison"
+    )
     serve.add_argument("--drain", type=float, default=30.0, help="seconds SIGTERM waits for running requests")
     serve.set_defaults(func=run_serve)
-
-    from .bench import add_bench_parser
-
-    add_bench_parser(subparsers)
 
 
 def api_key_from(args: argparse.Namespace) -> str | None:
@@ -106,9 +119,14 @@ def run_serve(args: argparse.Namespace) -> int:
     app = in_passing_thread(lambda: build_app(args, options))
     scheduler = app.state.scheduler
     mode = "lookahead" if options.parallel else "plain"
-    print(f"lopa: serving {scheduler.engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}",
-          file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain)
+    print(
+        f"lopa: serving {scheduler.engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain
+    )
     server = DrainingServer(config)
 
     def engine_failed(reason: str) -> None:  # the scheduler gave up: drain and exit non-zero for a supervisor

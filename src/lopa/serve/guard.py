@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Iterable
+from collections.abc import Iterable
 
 from .limits import refuse
 
@@ -58,5 +58,7 @@ class Guard:
                     return await refuse(send, 403, message, code="host_not_allowed")
             elif scope["path"].startswith("/v1/"):
                 if not hmac.compare_digest(headers.get(b"authorization", b""), self.expected):
-                    return await refuse(send, 401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
+                    return await refuse(
+                        send, 401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key"
+                    )
         await self.app(scope, receive, send)

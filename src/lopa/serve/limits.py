@@ -41,6 +41,10 @@ class BodyLimit:
 async def refuse(send, status: int, message: str, code: str | None = None) -> None:
     """Answer with an OpenAI error body and close, before the app sees the request."""
     body = json.dumps(error_body(message, code=code)).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Callable, Literal
+from collections.abc import Callable
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from ..config import MAX_LOGPROBS
 from ..decode.sampling import TokenLogprob
-
 
 MAX_MESSAGES = 512
 MAX_CONTENT_CHARS = 1_000_000  # per message or prompt; the context check bounds it further, before tokenizing
@@ -20,10 +20,17 @@ INT64 = 2**63
 MAX_COMPLETION_LOGPROBS = 5  # as OpenAI's legacy completions
 # OpenAI fields lopa does not implement, with the value that means "not used" (anything else is refused by name)
 UNSUPPORTED = {
-    "logit_bias": (None, {}), "tools": (None, []),
-    "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"),
-    "response_format": (None, {"type": "text"}), "echo": (None, False), "best_of": (None, 1), "suffix": (None, ""),
-    "parallel_tool_calls": (None, False, True), "prediction": (None,),
+    "logit_bias": (None, {}),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "response_format": (None, {"type": "text"}),
+    "echo": (None, False),
+    "best_of": (None, 1),
+    "suffix": (None, ""),
+    "parallel_tool_calls": (None, False, True),
+    "prediction": (None,),
 }
 
 
@@ -133,7 +140,9 @@ class CompletionRequest(_Request):
         return self.prompt[0]
 
 
-def error_body(message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> dict:
+def error_body(
+    message: str, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -152,7 +161,14 @@ class Reply:
         self.headers = {"X-Request-Id": self.id}  # the id of the body, for logs on both sides
 
     def _body(self, kind: str, choice: dict, **extra) -> dict:
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice], **extra}
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            **extra,
+        }
 
     def logprobs(self, entries: list[TokenLogprob] | None) -> dict | None:
         """OpenAI's logprobs object of these tokens: chat's `content` list, or the legacy completions' columns."""
@@ -185,9 +201,7 @@ class Reply:
         choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": self.logprobs(logprobs)}
         return self._body("text_completion", choice, usage=usage, lopa=lopa)
 
-    def chunk(
-        self, text: str, finish: str | None = None, logprobs: list[TokenLogprob] | None = None, **extra
-    ) -> dict:
+    def chunk(self, text: str, finish: str | None = None, logprobs: list[TokenLogprob] | None = None, **extra) -> dict:
         choice = {"index": 0, "finish_reason": finish, "logprobs": self.logprobs(logprobs)}
         if self.chat:
             choice["delta"] = {"role": "assistant", "content": text} if text else {}

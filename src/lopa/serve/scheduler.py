@@ -18,21 +18,41 @@ import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Protocol
 
 import torch
 
 from ..config import GenerationConfig
-from ..decode.loop import SequenceDecoder, step
+from ..decode.batch import Batch, Row
+from ..decode.cost import CostModel
+from ..decode.output import StreamChunk
 from ..decode.sampling import TokenLogprob
-from ..models.runner import ForwardOutput, Runner
-from ..text import TextStream, token_pieces
+from ..models.loading import LoadedModel
+from ..models.runner import Runner
+from ..text import token_pieces
 from .metrics import ServerMetrics
 
 STARVATION_S = 2.0  # a request waiting this long is admitted next, whatever its length
 LOOKAHEAD = 16  # how many waiting requests the length grouping chooses among
 MAX_FAILED_STEPS = 3  # batch forwards failing in a row that mark the engine as broken
+
+
+class DecodingEngine(Protocol):
+    """What the server needs of an engine (lopa.api.Engine is one)."""
+
+    loaded: LoadedModel
+    tokenizer: Any
+    runner: Runner
+    sizing: CostModel | None
+    eos_ids: set[int]
+
+    def row(self, prompt_ids: list[int], cfg: GenerationConfig, owner: object = None) -> Row: ...
+
+    def encode_prompt(self, prompt: str | list[dict], chat: bool | None = None) -> list[int]: ...
+
+    def answer_room(self, prompt_len: int, wanted: int | None = None, context: int | None = None) -> int: ...
 
 
 class QueueFull(Exception):
@@ -67,26 +87,27 @@ class Job:
     pieces: bool = False  # compute per-token display text (streaming clients)
     arrived: float = field(default_factory=time.monotonic)
     cancelled: bool = False  # set by the handler when its client goes away
-    seq: SequenceDecoder | None = None
-    text: TextStream | None = None
+    row: Row | None = None  # its batch row, from admission on
     first_at: float | None = None
-    prefilled: int = 0  # prompt tokens already in the KV cache
-    prefill_layers: list[torch.Tensor] = field(default_factory=list)  # the chunks' hidden_layers, for a predictor
 
     @property
     def expired(self) -> bool:
         return time.monotonic() - self.arrived > self.timeout
 
+    @property
+    def gone(self) -> str | None:
+        """Why the job must end before its answer does ("cancelled", "timeout"), or None."""
+        return "cancelled" if self.cancelled else "timeout" if self.expired else None
+
 
 class Scheduler:
-    def __init__(self, engine, runner: Runner, max_queue: int, prefill_chunk: int):
+    def __init__(self, engine: DecodingEngine, runner: Runner, max_queue: int, prefill_chunk: int):
         self.engine = engine
-        self.runner = runner
+        self.batch = Batch(runner, engine.sizing)
         self.max_batch = runner.slots
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk  # longer prompts are fed this many tokens per scheduler step
         self.pending: deque[Job] = deque()
-        self.active: list[Job] = []  # job i decodes in batch slot i
         self.staged: Job | None = None  # a long prompt being prefilled, a chunk per step, in the last slot
         self.cond = threading.Condition()
         self.closing = False
@@ -137,22 +158,25 @@ class Scheduler:
                     self._reap()
                     self._admit()
                     self._prefill_staged()
-                    if self.active:
+                    if self.batch.rows:
                         self._step()
                 except Exception as exc:  # bookkeeping failed: the running batch's state is unknown
                     self._fail_active(f"internal error while decoding: {exc!r}")
                 if self.failed_steps >= MAX_FAILED_STEPS:
-                    self._give_up(f"{self.failed_steps} batch forwards in a row failed, the last with: {self.last_error}")
+                    self._give_up(
+                        f"{self.failed_steps} batch forwards in a row failed, the last with: {self.last_error}"
+                    )
                     return
         except BaseException as exc:  # never die silently: a dead loop would leave every handler waiting
             self._give_up(f"the scheduler stopped: {exc!r}")
 
     def _running(self) -> list[Job]:
         """The jobs holding a slot: decoding ones and the staged one."""
-        return self.active + ([self.staged] if self.staged else [])
+        return [row.owner for row in self.batch.rows] + ([self.staged] if self.staged else [])
 
     def _fail_active(self, error: str) -> None:
-        jobs, self.active, self.staged = self._running(), [], None
+        jobs, self.staged = self._running(), None
+        self.batch.rows.clear()
         for job in jobs:
             self._end(job, "error", error)
 
@@ -162,27 +186,27 @@ class Scheduler:
             waiting, self.pending = list(self.pending), deque()
         for job in [*self._running(), *waiting]:
             self._end(job, "error", f"the engine failed: {reason}")
-        self.active, self.staged = [], None
+        self.batch.rows.clear()
+        self.staged = None
         if self.on_failure is not None:
             self.on_failure(reason)
 
     def _reap(self) -> None:
         """Free the slots of cancelled and timed-out requests, and drop such waiting ones."""
         with self.cond:
-            waiting = list(self.pending)
-            self.pending = deque(j for j in waiting if not (j.cancelled or j.expired))
-        for job in waiting:
-            if job.cancelled or job.expired:
-                self._end(job, "cancelled" if job.cancelled else "timeout")
-        for slot in reversed(range(len(self.active))):
-            job = self.active[slot]
-            if job.cancelled or job.expired:
-                self._release(slot)
-                self._end(job, "cancelled" if job.cancelled else "timeout")
+            waiting = [(job, job.gone) for job in self.pending]
+            self.pending = deque(job for job, why in waiting if why is None)
+        for job, why in waiting:
+            if why is not None:
+                self._end(job, why)
+        for row, why in [(r, r.owner.gone) for r in self.batch.rows]:
+            if why is not None:
+                self.batch.retire(row)
+                self._end(row.owner, why)
         job = self.staged
-        if job is not None and (job.cancelled or job.expired):
+        if job is not None and job.gone:
             self.staged = None
-            self._end(job, "cancelled" if job.cancelled else "timeout")
+            self._end(job, job.gone)
 
     def _long(self, job: Job) -> bool:
         return len(job.prompt) > self.prefill_chunk
@@ -194,11 +218,11 @@ class Scheduler:
             window = [j for j in list(self.pending)[:LOOKAHEAD] if self.staged is None or not self._long(j)]
             if not window:
                 return None
-            oldest = self.pending[0]
-            if oldest in window and (not self.active or time.monotonic() - oldest.arrived > STARVATION_S):
+            oldest, active = self.pending[0], len(self.batch.rows)
+            if oldest in window and (not active or time.monotonic() - oldest.arrived > STARVATION_S):
                 job = oldest
             else:
-                target = statistics.median(self.runner.lengths[: len(self.active)]) if self.active else 0
+                target = statistics.median(self.batch.runner.lengths[:active]) if active else 0
                 job = min(window, key=lambda j: abs(len(j.prompt) - target))
             self.pending.remove(job)
             return job
@@ -210,12 +234,11 @@ class Scheduler:
             if job is None:
                 return
             try:
-                job.seq = SequenceDecoder(job.prompt, job.cfg, self.engine.eos_ids, self.engine.drafting_for(job.cfg))
-                job.text = TextStream(self.engine.tokenizer, job.cfg.stop, job.seq.eos_ids)
+                job.row = self.engine.row(job.prompt, job.cfg, owner=job)
                 if self._long(job):
                     self.staged = job
                 else:
-                    self._start(job, len(self.active), self._feed(job, len(self.active)))
+                    self._start(job)
             except Exception as exc:  # one bad request must not take the others down
                 self._end(job, "error", str(exc))
 
@@ -225,82 +248,53 @@ class Scheduler:
         if job is None:
             return
         try:
-            out = self._feed(job, slot)
-            if out is not None:
+            if self.batch.feed(job.row, slot, self.prefill_chunk):
                 self.staged = None
-                self._start(job, slot, out)
+                self._start(job, slot)
         except Exception as exc:
             self.staged = None
             self._end(job, "error", str(exc))
 
-    def _feed(self, job: Job, slot: int) -> ForwardOutput | None:
-        """Feed the next chunk of the job's prompt into `slot`; the last chunk's output, else None."""
-        chunk = job.prompt[job.prefilled : job.prefilled + self.prefill_chunk]
-        out = self.runner.prefill(slot, torch.tensor(chunk), job.prefilled)
-        job.prefilled += len(chunk)
-        if out.layers is not None:
-            job.prefill_layers.append(out.layers)
-        return out if job.prefilled == len(job.prompt) else None
-
-    def _start(self, job: Job, slot: int, out: ForwardOutput) -> None:
-        """The prompt is in `slot`: emit the first token, and decode on in the next batch slot unless done."""
-        layers = torch.cat(job.prefill_layers) if job.prefill_layers else None
-        job.prefill_layers = []
+    def _start(self, job: Job, slot: int | None = None) -> None:
+        """Admit the job's row (its prompt prefilled now, or already in `slot`): emit its first token."""
         self.metrics.prompt_tokens.inc(len(job.prompt))
-        self._deliver(job, job.seq.first(out.logits, layers))
-        if self._finished(job):
+        self._deliver(job, self.batch.admit(job.row, slot))
+        if job.row.finished:
+            self.batch.retire(job.row)
             self._end(job, "ok")
-            return
-        if slot != len(self.active):
-            self.runner.move(slot, len(self.active))
-        self.active.append(job)
 
     def _step(self) -> None:
-        jobs = list(self.active)
         try:
-            results = step(self.runner, [job.seq for job in jobs], self.engine.sizing)
+            updates = self.batch.step()
         except Exception as exc:
             self.failed_steps, self.last_error = self.failed_steps + 1, repr(exc)
             self._fail_active(str(exc))
             return
         self.failed_steps = 0
         self.metrics.batches.inc()
-        self.metrics.batch_size.observe(len(jobs))
-        done = []
-        for slot, (job, result) in enumerate(zip(jobs, results)):
+        self.metrics.batch_size.observe(len(updates))
+        for row, update in updates:
             try:
-                if isinstance(result, Exception):
-                    raise result
-                self._deliver(job, result)
+                if isinstance(update, Exception):
+                    raise update
+                self._deliver(row.owner, update)
             except Exception as exc:
-                done.append((slot, "error", str(exc)))
+                self.batch.retire(row)
+                self._end(row.owner, "error", str(exc))
                 continue
-            if self._finished(job):
-                done.append((slot, "ok", None))
-        for slot, outcome, error in reversed(done):
-            self._release(slot)
-            self._end(jobs[slot], outcome, error)
+            if row.finished:
+                self.batch.retire(row)
+                self._end(row.owner, "ok")
 
-    @staticmethod
-    def _finished(job: Job) -> bool:
-        return job.seq.done or job.text.stopped
-
-    def _release(self, slot: int) -> None:
-        """Free a batch slot; the last running request moves into it so slots stay contiguous."""
-        self.runner.free(slot, self.active)
-
-    def _deliver(self, job: Job, record) -> None:
-        before = len(job.text.ids)
-        piece = job.text.push(record.tokens)
-        kept = len(job.text.ids) - before  # fewer than the step's tokens when a stop string ended the answer
-        now = time.monotonic()
+    def _deliver(self, job: Job, chunk: StreamChunk) -> None:
+        kept, now = chunk.kept, time.monotonic()
         self.metrics.step(kept)
         if job.first_at is None:
             job.first_at = now
             self.metrics.ttft.observe(now - job.arrived)
-        pieces = token_pieces(self.engine.tokenizer, job.text.ids, kept) if job.pieces else []
-        logprobs = None if record.logprobs is None else record.logprobs[:kept]
-        job.sink(Event("step", piece, pieces, list(record.sources[:kept]), logprobs=logprobs))
+        pieces = token_pieces(self.engine.tokenizer, job.row.output.text.ids, kept) if job.pieces else []
+        logprobs = None if chunk.step.logprobs is None else chunk.step.logprobs[:kept]
+        job.sink(Event("step", chunk.text, pieces, list(chunk.step.sources[:kept]), logprobs=logprobs))
 
     def _end(self, job: Job, outcome: str, error: str | None = None) -> None:
         self.metrics.requests.labels(outcome=outcome).inc()
@@ -313,15 +307,8 @@ class Scheduler:
         elif outcome == "error":
             job.sink(Event("error", error=error))
         else:
-            tail = job.text.close()  # text held back in case a stop string began there
+            tail, result = job.row.output.finish()
             if tail:
                 job.sink(Event("step", tail))
-            completion = len(job.text.ids)
-            forwards = job.seq.step + 1  # the prefill emitted the first token
-            usage = {
-                "prompt_tokens": len(job.prompt),
-                "completion_tokens": completion,
-                "total_tokens": len(job.prompt) + completion,
-            }
-            lopa = {"forwards": forwards} | ({} if job.seq.seed is None else {"seed": job.seq.seed})
-            job.sink(Event("done", finish_reason=job.text.finish, usage=usage, lopa=lopa))
+            usage, lopa = result.usage()
+            job.sink(Event("done", finish_reason=result.finish_reason, usage=usage, lopa=lopa))

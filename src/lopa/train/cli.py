@@ -16,13 +16,21 @@ from pathlib import Path
 def register(subparsers) -> None:
     c = subparsers.add_parser("build-corpus", help="generate the self-distillation corpus (resumable, in chunks)")
     c.add_argument("--out", required=True, type=Path, help="corpus directory (an existing one is resumed)")
-    c.add_argument("--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)")
+    c.add_argument(
+        "--model", default=None, help="catalog name, HF model directory or .gguf file (default: SmolLM2-135M-Instruct)"
+    )
     c.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    c.add_argument("--prompts", type=int, default=8192, help="prompts asked of the sources (fewer remain after deduplication)")
+    c.add_argument(
+        "--prompts", type=int, default=8192, help="prompts asked of the sources (fewer remain after deduplication)"
+    )
     c.add_argument("--chunk-size", type=int, default=64, help="prompts answered per chunk file")
     c.add_argument("--batch", type=int, default=32, help="sequences in flight in the engine's batched step")
-    c.add_argument("--dtype", choices=["float32", "bfloat16", "int8"], default="float32",
-                   help="the answering copy's precision (recorded per sequence; the trainer teacher-forces in fp32)")
+    c.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "int8"],
+        default="float32",
+        help="the answering copy's precision (recorded per sequence; the trainer teacher-forces in fp32)",
+    )
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--sampled-fraction", type=float, default=0.5, help="share of sampled (not greedy) answers")
     c.add_argument("--temperature", type=float, default=0.8, help="for sampled answers and self-instruct")
@@ -34,7 +42,9 @@ def register(subparsers) -> None:
     c.set_defaults(func=_build_corpus)
 
     t = subparsers.add_parser(
-        "train-heads", aliases=["train-predictor"], help="train the EAGLE-3 lookahead predictor on a self-distillation corpus"
+        "train-heads",
+        aliases=["train-predictor"],
+        help="train the EAGLE-3 lookahead predictor on a self-distillation corpus",
     )
     t.add_argument("--corpus", required=True, type=Path, help="a `lopa build-corpus` directory")
     t.add_argument("--out", required=True, type=Path, help="predictor directory (EAGLE-3 / speculators layout)")
@@ -44,14 +54,25 @@ def register(subparsers) -> None:
     t.add_argument("--epochs", type=int, default=10)
     t.add_argument("--batch-size", type=int, default=8, help="sequences per step")
     t.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (warmup, then cosine decay)")
-    t.add_argument("--labels", action="store_true",
-                   help="train on the base's argmax next tokens only (default: distil its next-token distribution)")
-    t.add_argument("--ttt-steps", type=int, default=3, help="draft steps unrolled in training (EAGLE-3's training-time test)")
-    t.add_argument("--draft-vocab", type=int, default=2048, help="most frequent target tokens the predictor can propose")
+    t.add_argument(
+        "--labels",
+        action="store_true",
+        help="train on the base's argmax next tokens only (default: distil its next-token distribution)",
+    )
+    t.add_argument(
+        "--ttt-steps", type=int, default=3, help="draft steps unrolled in training (EAGLE-3's training-time test)"
+    )
+    t.add_argument(
+        "--draft-vocab", type=int, default=2048, help="most frequent target tokens the predictor can propose"
+    )
     t.add_argument("--intermediate-size", type=int, default=1024, help="the predictor layer's MLP width")
     t.add_argument("--threads", type=int, default=1, help="torch threads (the CPU is shared: keep it low)")
-    t.add_argument("--features-dir", type=Path, default=Path(tempfile.gettempdir()) / "lopa-predictor-features",
-                   help="cache of the teacher-forced features (recomputed when missing)")
+    t.add_argument(
+        "--features-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "lopa-predictor-features",
+        help="cache of the teacher-forced features (recomputed when missing)",
+    )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
     t.set_defaults(func=_train_predictor)
@@ -66,8 +87,14 @@ def _build_corpus(args: argparse.Namespace) -> int:
     dtype = getattr(torch, args.dtype) if args.dtype in ("float32", "bfloat16") else args.dtype
     engine = Engine.from_pretrained(args.model, device=args.device, dtype=dtype, threads=args.threads)
     settings = CorpusSettings(
-        prompts=args.prompts, chunk_size=args.chunk_size, batch=args.batch, max_new_tokens=args.max_new_tokens,
-        sampled_fraction=args.sampled_fraction, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+        prompts=args.prompts,
+        chunk_size=args.chunk_size,
+        batch=args.batch,
+        max_new_tokens=args.max_new_tokens,
+        sampled_fraction=args.sampled_fraction,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
     )
     summary = build_corpus(args.out, engine, settings, chunks=args.chunks, max_minutes=args.max_minutes)
     print(json.dumps(summary))
@@ -89,19 +116,41 @@ def _train_predictor(args: argparse.Namespace) -> int:
     sequences = [(prompt, answer) for prompt, answer, _ in load_corpus(args.corpus)][: args.sequences]
     held = args.held_out
     aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
-    held_out, train = (teacher_force(loaded.model, part, aux, cache_dir=args.features_dir) for part in (sequences[:held], sequences[held:]))
+    held_out, train = (
+        teacher_force(loaded.model, part, aux, cache_dir=args.features_dir)
+        for part in (sequences[:held], sequences[held:])
+    )
     settings = PredictorSettings(
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, ttt_steps=args.ttt_steps, seed=args.seed,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        ttt_steps=args.ttt_steps,
+        seed=args.seed,
         distill=not args.labels,
     )
     predictor, log = train_predictor(
-        loaded.model, train, held_out=held_out, aux_layers=aux, draft_vocab_size=args.draft_vocab,
-        intermediate_size=args.intermediate_size, settings=settings, out=args.out, resume=args.resume, name=loaded.name,
+        loaded.model,
+        train,
+        held_out=held_out,
+        aux_layers=aux,
+        draft_vocab_size=args.draft_vocab,
+        intermediate_size=args.intermediate_size,
+        settings=settings,
+        out=args.out,
+        resume=args.resume,
+        name=loaded.name,
     )
     plot_accuracy(args.out / LOG, args.out / "accuracy.png")
-    result = {"command": "lopa " + shlex.join(sys.argv[1:]), "train_sequences": len(train), "train_rows": len(train.ids),
-              "held_out_sequences": len(held_out), "loss": log[-1]["loss"], "held_out_top1_by_depth": log[-1]["held_out_top1"],
-              "wall_seconds_this_run": round(time.perf_counter() - start), **predictor.summary()}
+    result = {
+        "command": "lopa " + shlex.join(sys.argv[1:]),
+        "train_sequences": len(train),
+        "train_rows": len(train.ids),
+        "held_out_sequences": len(held_out),
+        "loss": log[-1]["loss"],
+        "held_out_top1_by_depth": log[-1]["held_out_top1"],
+        "wall_seconds_this_run": round(time.perf_counter() - start),
+        **predictor.summary(),
+    }
     (args.out / "held_out.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
     return 0

@@ -100,12 +100,16 @@ def _check_config(out: Path, settings: CorpusSettings, engine) -> None:
         raise InvalidRequestError(f"{out} was built with other settings or another model (was, now): {changed}")
 
 
-def answer(engine, prompt_ids: list[list[int]], seeds: list[int | None], max_new_tokens: int,
-           settings: CorpusSettings) -> list[list[int]]:
+def answer(
+    engine, prompt_ids: list[list[int]], seeds: list[int | None], max_new_tokens: int, settings: CorpusSettings
+) -> list[list[int]]:
     """The engine's answers (ids up to and including EOS): greedy where the seed is None, else sampled with it."""
     configs = [
-        GenerationConfig(max_new_tokens=max_new_tokens) if seed is None
-        else GenerationConfig(max_new_tokens=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed)
+        GenerationConfig(max_new_tokens=max_new_tokens)
+        if seed is None
+        else GenerationConfig(
+            max_new_tokens=max_new_tokens, temperature=settings.temperature, top_p=settings.top_p, seed=seed
+        )
         for seed in seeds
     ]
     results = engine.generate_many(prompt_ids, configs, max_batch=settings.batch, progress=False)
@@ -133,7 +137,9 @@ def self_instruct(engine, settings: CorpusSettings, out: Path, locale_root: Path
         part = seeds[b : b + settings.batch]
         sampled = [batch_seed(settings.seed, "instruct", b + i) for i in range(len(part))]
         answers = answer(engine, [engine.encode_prompt(s) for _, s in part], sampled, INSTRUCT_TOKENS, settings)
-        requests = [[topic, engine.tokenizer.decode(a, skip_special_tokens=True)] for (topic, _), a in zip(part, answers)]
+        requests = [
+            [topic, engine.tokenizer.decode(a, skip_special_tokens=True)] for (topic, _), a in zip(part, answers)
+        ]
         _append_jsonl(path, {"batch": b, "requests": requests})
         done += requests
     cleaned = ((topic, clean_request(text)) for topic, text in done)
@@ -172,13 +178,23 @@ def answer_chunk(engine, prompt_ids: list[list[int]], settings: CorpusSettings, 
     k = min(n, round(n * settings.sampled_fraction))
     sampled = np.zeros(n, dtype=bool)
     sampled[random.Random(batch_seed(settings.seed, "modes", chunk)).sample(range(n), k)] = True
-    seeds = np.array([batch_seed(settings.seed, "chunk", chunk, i) if sampled[i] else -1 for i in range(n)], dtype=np.int64)
+    seeds = np.array(
+        [batch_seed(settings.seed, "chunk", chunk, i) if sampled[i] else -1 for i in range(n)], dtype=np.int64
+    )
     answers = answer(engine, prompt_ids, [int(s) if s >= 0 else None for s in seeds], settings.max_new_tokens, settings)
     dtype = np.uint16 if engine.model.get_input_embeddings().num_embeddings <= 1 << 16 else np.uint32
     (p, po), (a, ao) = _concat(prompt_ids, dtype), _concat(answers, dtype)
     finished = np.array([bool(x) and x[-1] in engine.eos_ids for x in answers])
-    return {"prompt_ids": p, "prompt_offsets": po, "answer_ids": a, "answer_offsets": ao,
-            "sampled": sampled, "seed": seeds, "finished": finished, "producer": np.array(producer(engine))}
+    return {
+        "prompt_ids": p,
+        "prompt_offsets": po,
+        "answer_ids": a,
+        "answer_offsets": ao,
+        "sampled": sampled,
+        "seed": seeds,
+        "finished": finished,
+        "producer": np.array(producer(engine)),
+    }
 
 
 def _manifest_lines(chunk: int, arrays, prompts: list[Prompt], settings: CorpusSettings) -> list[dict]:
@@ -188,14 +204,21 @@ def _manifest_lines(chunk: int, arrays, prompts: list[Prompt], settings: CorpusS
     po, ao = arrays["prompt_offsets"], arrays["answer_offsets"]
     for i in range(len(po) - 1):
         g = chunk * settings.chunk_size + i
-        lines.append({
-            "chunk": chunk, "index": i, "prompt": g, "source": prompts[g].source,
-            "prompt_sha": hashlib.sha256(prompts[g].text.encode()).hexdigest()[:12],
-            "mode": "sampled" if arrays["sampled"][i] else "greedy",
-            "seed": int(arrays["seed"][i]) if arrays["sampled"][i] else None,
-            "prompt_tokens": int(po[i + 1] - po[i]), "answer_tokens": int(ao[i + 1] - ao[i]),
-            "finished": bool(arrays["finished"][i]), "producer": made_by,
-        })
+        lines.append(
+            {
+                "chunk": chunk,
+                "index": i,
+                "prompt": g,
+                "source": prompts[g].source,
+                "prompt_sha": hashlib.sha256(prompts[g].text.encode()).hexdigest()[:12],
+                "mode": "sampled" if arrays["sampled"][i] else "greedy",
+                "seed": int(arrays["seed"][i]) if arrays["sampled"][i] else None,
+                "prompt_tokens": int(po[i + 1] - po[i]),
+                "answer_tokens": int(ao[i + 1] - ao[i]),
+                "finished": bool(arrays["finished"][i]),
+                "producer": made_by,
+            }
+        )
     return lines
 
 
@@ -219,7 +242,12 @@ def _sync_manifest(out: Path, prompts: list[Prompt], settings: CorpusSettings) -
 
 
 def build_corpus(
-    out: Path, engine, settings: CorpusSettings, *, chunks: int | None = None, max_minutes: float = 0.0,
+    out: Path,
+    engine,
+    settings: CorpusSettings,
+    *,
+    chunks: int | None = None,
+    max_minutes: float = 0.0,
     locale_root: Path = LOCALE_DIR,
 ) -> dict:
     """Answer the prompts chunk by chunk into `out` with `engine` (lopa's Engine), skipping chunks already there;
@@ -249,12 +277,28 @@ def build_corpus(
         answering += seconds
         rate = round(len(arrays["answer_ids"]) / seconds, 1)
         bar.set_postfix(tokens_per_s=rate)
-        tqdm.write(json.dumps({"chunk": chunk, "sequences": len(part), "answer_tokens": len(arrays["answer_ids"]),
-                               "seconds": round(seconds, 1), "tokens_per_s": rate}))
+        tqdm.write(
+            json.dumps(
+                {
+                    "chunk": chunk,
+                    "sequences": len(part),
+                    "answer_tokens": len(arrays["answer_ids"]),
+                    "seconds": round(seconds, 1),
+                    "tokens_per_s": rate,
+                }
+            )
+        )
     done = sum(_chunk_path(out, c).exists() for c in range(total))
-    return {"out": str(out), "prompts": len(prompts), "chunks_done": done, "chunks_total": total,
-            "chunks_made": made, "answer_tokens_made": tokens, "answer_tokens_per_s": round(tokens / answering, 1) if made else None,
-            "minutes": round((time.perf_counter() - start) / 60, 1)}
+    return {
+        "out": str(out),
+        "prompts": len(prompts),
+        "chunks_done": done,
+        "chunks_total": total,
+        "chunks_made": made,
+        "answer_tokens_made": tokens,
+        "answer_tokens_per_s": round(tokens / answering, 1) if made else None,
+        "minutes": round((time.perf_counter() - start) / 60, 1),
+    }
 
 
 def load_corpus(out: Path) -> list[tuple[list[int], list[int], dict]]:
@@ -266,5 +310,7 @@ def load_corpus(out: Path) -> list[tuple[list[int], list[int], dict]]:
             with np.load(_chunk_path(Path(out), row["chunk"])) as npz:
                 arrays, loaded = {k: npz[k] for k in npz.files}, row["chunk"]
         i, po, ao = row["index"], arrays["prompt_offsets"], arrays["answer_offsets"]
-        corpus.append((arrays["prompt_ids"][po[i] : po[i + 1]].tolist(), arrays["answer_ids"][ao[i] : ao[i + 1]].tolist(), row))
+        corpus.append(
+            (arrays["prompt_ids"][po[i] : po[i + 1]].tolist(), arrays["answer_ids"][ao[i] : ao[i + 1]].tolist(), row)
+        )
     return corpus

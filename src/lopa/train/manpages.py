@@ -21,8 +21,10 @@ DOC_CHARS = (1500, 6000)  # a document ends at a section boundary once it is thi
 MAN_TASKS = [
     "Summarize this part of the {page} manual page in a few sentences.\n\n{doc}",
     "{doc}\n\nList the key points of the documentation above as short bullet points.",
-    ("Here is part of the documentation of {page}:\n\n{doc}\n\nWrite three practical usage examples based on it, "
-     "each with a one-line explanation."),
+    (
+        "Here is part of the documentation of {page}:\n\n{doc}\n\nWrite three practical usage examples based on it, "
+        "each with a one-line explanation."
+    ),
     "Explain this excerpt from the {page} manual to someone who has never used it.\n\n{doc}",
 ]
 OPTION_TASKS = [
@@ -30,23 +32,92 @@ OPTION_TASKS = [
     "{doc}\n\nAccording to this manual text, what does the {option} option do, and when would I use it?",
 ]
 HEADING_TASKS = [
-    "Read this excerpt from the {page} manual and answer: what does the section \"{heading}\" explain?\n\n{doc}",
-    "{doc}\n\nUsing only the text above, explain simply what the \"{heading}\" part of the {page} manual says.",
+    'Read this excerpt from the {page} manual and answer: what does the section "{heading}" explain?\n\n{doc}',
+    '{doc}\n\nUsing only the text above, explain simply what the "{heading}" part of the {page} manual says.',
 ]
 OPTION = re.compile(r"(?<![\w-])(--[a-z][\w-]+|-[A-Za-z])\b")
-GENERIC_HEADINGS = {"NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "SEE ALSO", "AUTHOR", "AUTHORS", "COPYRIGHT",
-                    "REPORTING BUGS", "BUGS", "HISTORY", "COLOPHON", "NOTES", "LICENSE", "AVAILABILITY"}
+GENERIC_HEADINGS = {
+    "NAME",
+    "SYNOPSIS",
+    "DESCRIPTION",
+    "OPTIONS",
+    "SEE ALSO",
+    "AUTHOR",
+    "AUTHORS",
+    "COPYRIGHT",
+    "REPORTING BUGS",
+    "BUGS",
+    "HISTORY",
+    "COLOPHON",
+    "NOTES",
+    "LICENSE",
+    "AVAILABILITY",
+}
 # troff: glyphs \(xx and \[xx] worth keeping, single-character escapes \x that print something, and the strings
 # \*x the man macros define (pages define more with .ds); every other escape prints nothing readable
 GLYPHS = {
-    "em": "—", "en": "–", "hy": "-", "mi": "-", "bu": "•", "co": "©", "rg": "®", "tm": "™", "aq": "'", "dq": '"',
-    "lq": "“", "rq": "”", "oq": "‘", "cq": "’", "ga": "`", "ha": "^", "ti": "~", "rs": "\\", "sl": "/", "ba": "|",
-    "br": "|", "bv": "|", "mu": "×", "di": "÷", "+-": "±", "<=": "≤", ">=": "≥", "!=": "≠", "->": "→", "<-": "←",
-    "de": "°", "Fo": "«", "Fc": "»", "sc": "§", "ps": "¶", "pl": "+", "eq": "=", "ul": "_", "ru": "_", "at": "@",
-    "sh": "#", "Do": "$", "dg": "†", "Eu": "€", "eu": "€", "Po": "£", "ct": "¢", "aa": "´",
+    "em": "—",
+    "en": "–",
+    "hy": "-",
+    "mi": "-",
+    "bu": "•",
+    "co": "©",
+    "rg": "®",
+    "tm": "™",
+    "aq": "'",
+    "dq": '"',
+    "lq": "“",
+    "rq": "”",
+    "oq": "‘",
+    "cq": "’",
+    "ga": "`",
+    "ha": "^",
+    "ti": "~",
+    "rs": "\\",
+    "sl": "/",
+    "ba": "|",
+    "br": "|",
+    "bv": "|",
+    "mu": "×",
+    "di": "÷",
+    "+-": "±",
+    "<=": "≤",
+    ">=": "≥",
+    "!=": "≠",
+    "->": "→",
+    "<-": "←",
+    "de": "°",
+    "Fo": "«",
+    "Fc": "»",
+    "sc": "§",
+    "ps": "¶",
+    "pl": "+",
+    "eq": "=",
+    "ul": "_",
+    "ru": "_",
+    "at": "@",
+    "sh": "#",
+    "Do": "$",
+    "dg": "†",
+    "Eu": "€",
+    "eu": "€",
+    "Po": "£",
+    "ct": "¢",
+    "aa": "´",
 }
-CHARS = {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "'": "'", "`": "`", ".": ".", "t": "\t",
-         "_": "_"}
+CHARS = {
+    "-": "-",
+    "e": "\\",
+    "\\": "\\",
+    " ": " ",
+    "~": " ",
+    "0": " ",
+    "'": "'",
+    "`": "`",
+    ".": ".",
+    "t": "\t",
+    "_": "_",
+}
 MAN_STRINGS = {"R": "®", "Tm": "™", "lq": "“", "rq": "”", "Aq": "'"}
 TROFF_ESCAPE = re.compile(
     r"\\(?:f(?:\[[^\]]*\]|\(..|.)"  # font
@@ -64,18 +135,89 @@ DEFINITIONS = {"de", "de1", "dei", "am", "am1", "ami", "ig"}  # skipped up to th
 NOFILL_STARTS, NOFILL_ENDS = {"nf", "EX", "Vb", "Bd"}, {"fi", "EE", "Ve", "Ed"}
 PARAGRAPHS = {"PP", "LP", "P", "Pp", "HP", "sp", "Sp", "bP"}
 IGNORED_MACROS = {
-    "TH", "Dd", "Dt", "Os", "Bl", "El", "RS", "RE", "UR", "UE", "MT", "ME", "YS", "IX", "PD", "Ek", "Bk", "Tg", "Sm",
-    "INDENT", "UNINDENT", "LINKSTYLE", "Rs", "Re",
+    "TH",
+    "Dd",
+    "Dt",
+    "Os",
+    "Bl",
+    "El",
+    "RS",
+    "RE",
+    "UR",
+    "UE",
+    "MT",
+    "ME",
+    "YS",
+    "IX",
+    "PD",
+    "Ek",
+    "Bk",
+    "Tg",
+    "Sm",
+    "INDENT",
+    "UNINDENT",
+    "LINKSTYLE",
+    "Rs",
+    "Re",
 }
 ALTERNATING = {"BR", "RB", "BI", "IB", "IR", "RI"}  # the man macros that join their arguments without spaces
 # mdoc (BSD) macros: those that enclose the rest of their line, those that print a mark or a name, and those that
 # only set the font of their arguments
-MDOC_PAIRS = {"Op": ("[", "]"), "Dq": ("“", "”"), "Qq": ('"', '"'), "Sq": ("‘", "’"), "Pq": ("(", ")"),
-              "Bq": ("[", "]"), "Brq": ("{", "}"), "Aq": ("<", ">")}
-MDOC_WORDS = {"Fl": "-", "Oo": "[", "Oc": "]", "Nd": "—", "Ux": "UNIX", "Bx": "BSD", "Ox": "OpenBSD",
-              "Nx": "NetBSD", "Fx": "FreeBSD"}
-MDOC_SILENT = {"Ar", "Cm", "Pa", "Li", "Em", "Sy", "Ev", "Va", "Ic", "Dv", "Er", "Ql", "Ad", "An", "Ms", "Ft", "Fn",
-               "Fa", "Cd", "Tn", "Sx", "Lk", "Mt", "No", "Ta", "Xc", "Xo", "Ek", "Bk", "Dl", "D1", "It"}
+MDOC_PAIRS = {
+    "Op": ("[", "]"),
+    "Dq": ("“", "”"),
+    "Qq": ('"', '"'),
+    "Sq": ("‘", "’"),
+    "Pq": ("(", ")"),
+    "Bq": ("[", "]"),
+    "Brq": ("{", "}"),
+    "Aq": ("<", ">"),
+}
+MDOC_WORDS = {
+    "Fl": "-",
+    "Oo": "[",
+    "Oc": "]",
+    "Nd": "—",
+    "Ux": "UNIX",
+    "Bx": "BSD",
+    "Ox": "OpenBSD",
+    "Nx": "NetBSD",
+    "Fx": "FreeBSD",
+}
+MDOC_SILENT = {
+    "Ar",
+    "Cm",
+    "Pa",
+    "Li",
+    "Em",
+    "Sy",
+    "Ev",
+    "Va",
+    "Ic",
+    "Dv",
+    "Er",
+    "Ql",
+    "Ad",
+    "An",
+    "Ms",
+    "Ft",
+    "Fn",
+    "Fa",
+    "Cd",
+    "Tn",
+    "Sx",
+    "Lk",
+    "Mt",
+    "No",
+    "Ta",
+    "Xc",
+    "Xo",
+    "Ek",
+    "Bk",
+    "Dl",
+    "D1",
+    "It",
+}
 GLUE_NEXT, GLUE_PREVIOUS = set("-[(“‘{<"), set("]).,:;!?”’}>")  # no space after these, or before these
 
 
@@ -296,7 +438,7 @@ class TroffReader:
         elif name in ("if", "ie", "el"):
             self.conditional(name, rest)
         elif name == "ds" and args:
-            self.strings[args[0]] = rest.strip()[len(args[0]):].strip().removeprefix('"')
+            self.strings[args[0]] = rest.strip()[len(args[0]) :].strip().removeprefix('"')
         elif name in ("SH", "Sh", "SS", "Ss"):
             out.heading(unescape_troff(" ".join(args), self.strings), subsection=name in ("SS", "Ss"))
         elif name in NOFILL_STARTS or name in NOFILL_ENDS:
@@ -400,8 +542,9 @@ def _man_prompt(rng: random.Random, document: str, page: str, headings: list[str
     options = sorted(set(OPTION.findall(document)))
     asked = sorted({h for h in headings if h.upper() not in GENERIC_HEADINGS and f"\n{h}\n" in f"\n{document}\n"})
     tasks = MAN_TASKS + (OPTION_TASKS if options else []) + (HEADING_TASKS if asked else [])
-    text = rng.choice(tasks).format(page=page, doc=document, option=rng.choice(options or [""]),
-                                    heading=rng.choice(asked or [""]))
+    text = rng.choice(tasks).format(
+        page=page, doc=document, option=rng.choice(options or [""]), heading=rng.choice(asked or [""])
+    )
     return Prompt(text, f"man:{page}")
 
 

@@ -1,6 +1,6 @@
 """Plot held-out top-1 (and top-5 where logged) accuracy by draft depth from a train_log.jsonl.
 
-    python -m lopa.train.plot src/lopa/data/predictor/train_log.jsonl src/lopa/data/predictor/accuracy.png
+python -m lopa.train.plot src/lopa/data/predictor/train_log.jsonl src/lopa/data/predictor/accuracy.png
 """
 
 from __future__ import annotations

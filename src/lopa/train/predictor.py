@@ -26,9 +26,9 @@ import hashlib
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -94,7 +94,7 @@ class Features:
         return _Batch(*(getattr(self, k)[lo:hi] for k in ROWS))
 
     @classmethod
-    def concat(cls, parts: list["Features"]) -> "Features":
+    def concat(cls, parts: list[Features]) -> Features:
         starts = torch.tensor([0] + [len(p.ids) for p in parts[:-1]]).cumsum(0)
         offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + start for p, start in zip(parts, starts)])
         return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ROWS), offsets)
@@ -103,7 +103,7 @@ class Features:
         save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(path))
 
     @classmethod
-    def load(cls, path: Path) -> "Features":
+    def load(cls, path: Path) -> Features:
         return cls(**load_file(str(path)))
 
 
@@ -128,7 +128,9 @@ def teacher_force(
     `features_key`, so a grown corpus only computes its new blocks."""
     if cache_dir is not None and len(sequences) > CACHE_BLOCK:
         blocks = range(0, len(sequences), CACHE_BLOCK)
-        return Features.concat([teacher_force(model, sequences[b : b + CACHE_BLOCK], aux_layers, batch_size, cache_dir) for b in blocks])
+        return Features.concat(
+            [teacher_force(model, sequences[b : b + CACHE_BLOCK], aux_layers, batch_size, cache_dir) for b in blocks]
+        )
     path = Path(cache_dir) / f"{features_key(model, sequences, aux_layers)}.safetensors" if cache_dir else None
     if path is not None and path.exists():
         return Features.load(path)
@@ -217,13 +219,17 @@ def accuracy(predictor: Eagle3Predictor, data: Features, steps: int = 1, batch_s
     return [h / max(c, 1) for h, c in zip(hits, counts)]
 
 
-def step_loss(predictor: Eagle3Predictor, logits: torch.Tensor, batch: _Batch, s: int, distill: bool) -> torch.Tensor | None:
+def step_loss(
+    predictor: Eagle3Predictor, logits: torch.Tensor, batch: _Batch, s: int, distill: bool
+) -> torch.Tensor | None:
     """Unrolled step s's loss over its answer rows (None when it has none): cross entropy against the base's
     top next tokens, renormalised over the draft vocabulary (`distill`), or against its argmax label."""
     labels = _ahead(batch.labels, s, -100)
     if not distill:
         target = predictor.to_draft(labels.clamp(min=0)).masked_fill_(labels < 0, -100)
-        return F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100) if (target >= 0).any() else None
+        return (
+            F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100) if (target >= 0).any() else None
+        )
     draft = predictor.to_draft(_ahead(batch.top_ids, s).long())
     probs = _ahead(batch.top_probs, s).float().masked_fill_(draft < 0, 0.0)
     mass = probs.sum(-1)
@@ -295,7 +301,9 @@ def train_predictor(
         torch.randperm(steps_per_epoch, generator=generator)
     for epoch in range(first, settings.epochs):
         start, total, batches = time.perf_counter(), 0.0, 0
-        bar = tqdm(_batches(data, settings.batch_size, generator), total=steps_per_epoch, desc=f"epoch {epoch}", unit="batch")
+        bar = tqdm(
+            _batches(data, settings.batch_size, generator), total=steps_per_epoch, desc=f"epoch {epoch}", unit="batch"
+        )
         for batch in bar:
             unrolled = unroll(predictor, batch, settings.ttt_steps)
             losses = [step_loss(predictor, logits, batch, s, settings.distill) for s, logits in enumerate(unrolled)]

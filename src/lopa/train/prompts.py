@@ -13,45 +13,101 @@ import inspect
 import random
 
 TOPICS = [
-    "volcanoes", "the Roman Empire", "photosynthesis", "black holes", "the stock market", "honey bees",
-    "climate change", "the printing press", "machine learning", "the human heart", "coffee", "chess",
-    "the Silk Road", "electric cars", "jazz music", "the Moon landing", "vaccines", "rainforests",
-    "the French Revolution", "quantum computers", "recycling", "the Olympic Games", "sleep", "glaciers",
-    "ancient Egypt", "social media", "renewable energy", "the immune system", "bridges", "tea ceremonies",
-    "the internet", "dinosaurs", "inflation", "marathon training", "origami", "the water cycle",
+    "volcanoes",
+    "the Roman Empire",
+    "photosynthesis",
+    "black holes",
+    "the stock market",
+    "honey bees",
+    "climate change",
+    "the printing press",
+    "machine learning",
+    "the human heart",
+    "coffee",
+    "chess",
+    "the Silk Road",
+    "electric cars",
+    "jazz music",
+    "the Moon landing",
+    "vaccines",
+    "rainforests",
+    "the French Revolution",
+    "quantum computers",
+    "recycling",
+    "the Olympic Games",
+    "sleep",
+    "glaciers",
+    "ancient Egypt",
+    "social media",
+    "renewable energy",
+    "the immune system",
+    "bridges",
+    "tea ceremonies",
+    "the internet",
+    "dinosaurs",
+    "inflation",
+    "marathon training",
+    "origami",
+    "the water cycle",
 ]
 WRITING = [
-    "Write a short story about {t}.", "Write a poem about {t}.", "Write a blog post about {t}.",
-    "Write a persuasive essay on why people should learn about {t}.", "Draft an email to a friend about {t}.",
-    "Write a product description for a museum exhibit on {t}.", "Compose a speech for a school event on {t}.",
+    "Write a short story about {t}.",
+    "Write a poem about {t}.",
+    "Write a blog post about {t}.",
+    "Write a persuasive essay on why people should learn about {t}.",
+    "Draft an email to a friend about {t}.",
+    "Write a product description for a museum exhibit on {t}.",
+    "Compose a speech for a school event on {t}.",
 ]
 ROLEPLAY = [
-    "Pretend you are a tour guide. Tell visitors about {t}.", "Act as a teacher and explain {t} to a class of ten-year-olds.",
-    "You are a news reporter. Give a short report on {t}.", "Imagine you are a scientist in 1900 hearing about {t}. What do you say?",
+    "Pretend you are a tour guide. Tell visitors about {t}.",
+    "Act as a teacher and explain {t} to a class of ten-year-olds.",
+    "You are a news reporter. Give a short report on {t}.",
+    "Imagine you are a scientist in 1900 hearing about {t}. What do you say?",
 ]
 STEM_HUM = [
-    "Explain {t} in simple terms.", "What are the main facts everyone should know about {t}?",
-    "Describe the history of {t}.", "What are the advantages and disadvantages of {t}?",
-    "List five interesting facts about {t}.", "How does {t} affect everyday life?", "Compare {t} and {u}.",
+    "Explain {t} in simple terms.",
+    "What are the main facts everyone should know about {t}?",
+    "Describe the history of {t}.",
+    "What are the advantages and disadvantages of {t}?",
+    "List five interesting facts about {t}.",
+    "How does {t} affect everyday life?",
+    "Compare {t} and {u}.",
 ]
 CODING = [
-    "Write a Python function that {c}.", "Write a Python function that {c}, with a docstring and an example.",
-    "Explain how to write a program that {c}.", "Write a JavaScript function that {c}.",
+    "Write a Python function that {c}.",
+    "Write a Python function that {c}, with a docstring and an example.",
+    "Explain how to write a program that {c}.",
+    "Write a JavaScript function that {c}.",
     "Write a C function that {c}.",
 ]
 CODE_TASKS = [
-    "reverses a string", "checks whether a number is prime", "returns the n-th Fibonacci number",
-    "sorts a list of dictionaries by a key", "counts the words in a text file", "merges two sorted lists",
-    "finds the largest element in a list", "removes duplicates from a list while keeping order",
-    "computes the factorial of a number", "checks whether a string is a palindrome",
-    "converts Celsius to Fahrenheit", "parses a CSV file into a list of rows", "implements binary search",
-    "computes the greatest common divisor of two numbers", "flattens a nested list", "validates an email address",
+    "reverses a string",
+    "checks whether a number is prime",
+    "returns the n-th Fibonacci number",
+    "sorts a list of dictionaries by a key",
+    "counts the words in a text file",
+    "merges two sorted lists",
+    "finds the largest element in a list",
+    "removes duplicates from a list while keeping order",
+    "computes the factorial of a number",
+    "checks whether a string is a palindrome",
+    "converts Celsius to Fahrenheit",
+    "parses a CSV file into a list of rows",
+    "implements binary search",
+    "computes the greatest common divisor of two numbers",
+    "flattens a nested list",
+    "validates an email address",
 ]
 SENTENCES = [
-    "The weather is beautiful today and we are going to the park.", "I would like to order a cup of coffee, please.",
-    "Where is the nearest train station?", "Learning a new language takes time and patience.",
-    "The library opens at nine in the morning.", "My brother works as an engineer in a large company.",
-    "We watched a very interesting film last night.", "Please close the window because it is cold.",
+    "The weather is beautiful today and we are going to the park.",
+    "I would like to order a cup of coffee, please.",
+    "Where is the nearest train station?",
+    "Learning a new language takes time and patience.",
+    "The library opens at nine in the morning.",
+    "My brother works as an engineer in a large company.",
+    "We watched a very interesting film last night.",
+    "Please close the window because it is cold.",
 ]
 LANGUAGES = ["French", "German", "Spanish", "Italian", "Chinese", "Portuguese"]
 PASSAGE_TASKS = [
@@ -62,34 +118,61 @@ PASSAGE_TASKS = [
     "Rewrite the following text in plain English for a beginner.\n\n{p}",
 ]
 STDLIB_MODULES = [
-    "json", "os.path", "re", "collections", "itertools", "functools", "textwrap", "string", "random",
-    "statistics", "shutil", "pathlib", "argparse", "datetime", "subprocess", "heapq", "bisect", "csv",
-    "logging", "inspect", "difflib", "fractions", "decimal", "urllib.parse", "zipfile", "tarfile",
+    "json",
+    "os.path",
+    "re",
+    "collections",
+    "itertools",
+    "functools",
+    "textwrap",
+    "string",
+    "random",
+    "statistics",
+    "shutil",
+    "pathlib",
+    "argparse",
+    "datetime",
+    "subprocess",
+    "heapq",
+    "bisect",
+    "csv",
+    "logging",
+    "inspect",
+    "difflib",
+    "fractions",
+    "decimal",
+    "urllib.parse",
+    "zipfile",
+    "tarfile",
 ]
 
 
 def _math(rng: random.Random) -> str:
     a, b, c = rng.randint(2, 99), rng.randint(2, 99), rng.randint(2, 20)
-    return rng.choice([
-        f"What is {a} times {b}? Show your steps.",
-        f"Solve for x: {c}x + {a} = {b + a * c}.",
-        f"A shop sells pens for {c} dollars each. How much do {a} pens cost?",
-        f"If a train travels {a} km in {c} hours, what is its average speed?",
-        f"What is the sum of all integers from 1 to {a}?",
-        f"Is {a * b + 1} a prime number? Explain your reasoning.",
-        f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?",
-    ])
+    return rng.choice(
+        [
+            f"What is {a} times {b}? Show your steps.",
+            f"Solve for x: {c}x + {a} = {b + a * c}.",
+            f"A shop sells pens for {c} dollars each. How much do {a} pens cost?",
+            f"If a train travels {a} km in {c} hours, what is its average speed?",
+            f"What is the sum of all integers from 1 to {a}?",
+            f"Is {a * b + 1} a prime number? Explain your reasoning.",
+            f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?",
+        ]
+    )
 
 
 def _reasoning(rng: random.Random) -> str:
     n = rng.randint(3, 9)
-    return rng.choice([
-        f"There are {n} people in a room and each shakes hands with every other person once. How many handshakes are there?",
-        "If all roses are flowers and some flowers fade quickly, can we conclude that some roses fade quickly? Explain.",
-        "Tom is older than Ann, and Ann is older than Ben. Who is the youngest? Explain step by step.",
-        f"I have {n} apples, eat two and buy {n + 1} more. How many apples do I have now?",
-        f"A farmer has chickens and cows: {n * 3} heads and {n * 8} legs. How many cows are there?",
-    ])
+    return rng.choice(
+        [
+            f"There are {n} people in a room and each shakes hands with every other person once. How many handshakes are there?",
+            "If all roses are flowers and some flowers fade quickly, can we conclude that some roses fade quickly? Explain.",
+            "Tom is older than Ann, and Ann is older than Ben. Who is the youngest? Explain step by step.",
+            f"I have {n} apples, eat two and buy {n + 1} more. How many apples do I have now?",
+            f"A farmer has chickens and cows: {n * 3} heads and {n * 8} legs. How many cows are there?",
+        ]
+    )
 
 
 def docstring_passages(min_chars: int = 300, max_chars: int = 1200) -> list[str]:

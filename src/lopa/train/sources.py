@@ -30,19 +30,27 @@ from .prompts import STDLIB_MODULES, TOPICS, training_prompts
 LOCALE_DIR = Path("/usr/share/locale")
 # catalogues whose translations are read, and the language each is in
 LOCALES = {
-    "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "pt_BR": "Portuguese", "nl": "Dutch",
-    "pl": "Polish", "ru": "Russian", "ja": "Japanese", "zh_CN": "Chinese",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "it": "Italian",
+    "pt_BR": "Portuguese",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "ru": "Russian",
+    "ja": "Japanese",
+    "zh_CN": "Chinese",
 }
 MESSAGE_TASKS = [
-    "A program printed this message: \"{m}\"\nWhat does it mean, and what should I do about it?",
-    "Explain this software message to someone who is not technical: \"{m}\"",
-    "Rewrite this error message so that it is clearer and friendlier: \"{m}\"",
-    "Translate this software message into {lang}: \"{m}\"",
-    "In which situation would a program show the message \"{m}\"? Give an example.",
+    'A program printed this message: "{m}"\nWhat does it mean, and what should I do about it?',
+    'Explain this software message to someone who is not technical: "{m}"',
+    'Rewrite this error message so that it is clearer and friendlier: "{m}"',
+    'Translate this software message into {lang}: "{m}"',
+    'In which situation would a program show the message "{m}"? Give an example.',
 ]
 TRANSLATED_TASKS = [
     "Translate into English: {s}",
-    "What does this {lang} message mean? \"{s}\"",
+    'What does this {lang} message mean? "{s}"',
 ]
 REFERENCE_TASKS = [
     "Summarize this section of the Python documentation.\n\n{p}",
@@ -59,35 +67,108 @@ INSTRUCT_SEEDS = [
     "Write one difficult question about {t} that needs a detailed answer. Reply with the question only.",
 ]
 EXTRA_TOPICS = [
-    "cooking pasta", "gardening", "personal finance", "job interviews", "learning to swim", "dogs", "cats",
-    "healthy breakfast", "time management", "public speaking", "photography", "camping", "friendship",
-    "home repairs", "board games", "painting", "mountains", "oceans", "birds", "trees", "the solar system",
-    "electricity", "computers", "smartphones", "databases", "web browsers", "passwords", "email etiquette",
-    "writing a CV", "moving to a new city", "saving energy at home", "bicycles", "trains", "airplanes",
-    "rivers", "deserts", "earthquakes", "medieval castles", "ancient Greece", "the Industrial Revolution",
-    "poetry", "novels", "theatre", "classical music", "football", "tennis", "yoga", "meditation", "nutrition",
-    "first aid", "the human brain", "genetics", "chemistry experiments", "algebra", "geometry", "probability",
-    "statistics", "economics", "taxes", "small businesses", "marketing", "negotiation", "parenting",
-    "studying for exams", "learning a foreign language", "volunteering", "the environment", "plastic waste",
+    "cooking pasta",
+    "gardening",
+    "personal finance",
+    "job interviews",
+    "learning to swim",
+    "dogs",
+    "cats",
+    "healthy breakfast",
+    "time management",
+    "public speaking",
+    "photography",
+    "camping",
+    "friendship",
+    "home repairs",
+    "board games",
+    "painting",
+    "mountains",
+    "oceans",
+    "birds",
+    "trees",
+    "the solar system",
+    "electricity",
+    "computers",
+    "smartphones",
+    "databases",
+    "web browsers",
+    "passwords",
+    "email etiquette",
+    "writing a CV",
+    "moving to a new city",
+    "saving energy at home",
+    "bicycles",
+    "trains",
+    "airplanes",
+    "rivers",
+    "deserts",
+    "earthquakes",
+    "medieval castles",
+    "ancient Greece",
+    "the Industrial Revolution",
+    "poetry",
+    "novels",
+    "theatre",
+    "classical music",
+    "football",
+    "tennis",
+    "yoga",
+    "meditation",
+    "nutrition",
+    "first aid",
+    "the human brain",
+    "genetics",
+    "chemistry experiments",
+    "algebra",
+    "geometry",
+    "probability",
+    "statistics",
+    "economics",
+    "taxes",
+    "small businesses",
+    "marketing",
+    "negotiation",
+    "parenting",
+    "studying for exams",
+    "learning a foreign language",
+    "volunteering",
+    "the environment",
+    "plastic waste",
 ]
-ASSISTANT_OPENINGS = ("Sure", "Certainly", "Of course", "Here", "I'm sorry", "I am sorry", "I'm here", "I'm ready", "What a")
+ASSISTANT_OPENINGS = (
+    "Sure",
+    "Certainly",
+    "Of course",
+    "Here",
+    "I'm sorry",
+    "I am sorry",
+    "I'm here",
+    "I'm ready",
+    "What a",
+)
 # of the prompts asked for; pydoc's pool holds about 2,100 prompts, so its share stays small for 30,000-prompt corpora
 SHARES = {
-    "prompts.py": 0.15, "locale": 0.12, "translation": 0.12, "pydoc": 0.06, "self-instruct": 0.13,
-    "manpages": 0.21, "stdlib-code": 0.21,
+    "prompts.py": 0.15,
+    "locale": 0.12,
+    "translation": 0.12,
+    "pydoc": 0.06,
+    "self-instruct": 0.13,
+    "manpages": 0.21,
+    "stdlib-code": 0.21,
 }
 TRANSLATION_TASKS = {  # by direction, from English or to English
     "from": [
         "Translate into {lang}:\n\n{s}",
-        "How would you say this in {lang}? \"{s}\"",
-        "Give a natural {lang} translation of this message from a computer program: \"{s}\"",
+        'How would you say this in {lang}? "{s}"',
+        'Give a natural {lang} translation of this message from a computer program: "{s}"',
         "Translate the following sentence into {lang} and explain any word that is hard to translate.\n\n{s}",
     ],
     "to": [
-        "What is the English for \"{s}\"?",
+        'What is the English for "{s}"?',
         "This message is in {lang}. Translate it into English: {s}",
         "Translate this {lang} text into English, then explain what it means.\n\n{s}",
-        "I saw this message on a computer set to {lang}: \"{s}\". What does it say in English?",
+        'I saw this message on a computer set to {lang}: "{s}". What does it say in English?',
     ],
 }
 PLACEHOLDER_TASKS = {  # for user-interface strings with printf or brace placeholders
@@ -95,6 +176,7 @@ PLACEHOLDER_TASKS = {  # for user-interface strings with printf or brace placeho
     "to": "Translate this {lang} user-interface string into English, keeping placeholders such as %s unchanged.\n\n{s}",
 }
 PLACEHOLDER = re.compile(r"%(\d+\$)?[-+ #0']*\d*(\.\d+)?[a-zA-Z]|\{\w*\}")
+
 
 def read_mo(path: Path) -> dict[str, str]:
     """A gettext .mo catalogue as {English message: translation}, skipping entries that are not UTF-8.
@@ -105,7 +187,9 @@ def read_mo(path: Path) -> dict[str, str]:
     _, count, originals, translations = struct.unpack(order + "4I", data[4:20])
     catalogue = {}
     for i in range(count):
-        (olen, opos), (tlen, tpos) = (struct.unpack_from(order + "2I", data, table + 8 * i) for table in (originals, translations))
+        (olen, opos), (tlen, tpos) = (
+            struct.unpack_from(order + "2I", data, table + 8 * i) for table in (originals, translations)
+        )
         try:
             catalogue[data[opos : opos + olen].decode()] = data[tpos : tpos + tlen].decode()
         except UnicodeDecodeError:
@@ -168,7 +252,10 @@ def _translation_prompt(rng: random.Random, text: str, code: str, direction: str
 
 
 def _translation_prompts(
-    rng: random.Random, catalogue: str, message: str, translations: dict[str, str],
+    rng: random.Random,
+    catalogue: str,
+    message: str,
+    translations: dict[str, str],
 ) -> list[Prompt]:
     """The message into one of its languages and back from another, where it has two real translations."""
     codes = sorted(code for code, text in translations.items() if text and text != message)
@@ -210,7 +297,12 @@ def instruct_topics(root: Path = LOCALE_DIR) -> list[str]:
     """Topics for self-instruct: the project's lists, stdlib modules and every 4th country named in iso_3166."""
     iso = root / "de" / "LC_MESSAGES" / "iso_3166-1.mo"
     countries = sorted(m for m in read_mo(iso) if m and "," not in m)[::4] if iso.exists() else []
-    return TOPICS + EXTRA_TOPICS + [f"the Python {m} module" for m in STDLIB_MODULES] + [f"travelling in {c}" for c in countries]
+    return (
+        TOPICS
+        + EXTRA_TOPICS
+        + [f"the Python {m} module" for m in STDLIB_MODULES]
+        + [f"travelling in {c}" for c in countries]
+    )
 
 
 def instruct_seeds(count: int, rng: random.Random, locale_root: Path = LOCALE_DIR) -> list[tuple[str, str]]:
@@ -225,7 +317,12 @@ def clean_request(text: str) -> str | None:
     line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
     quoted = re.search(r'"([^"]{15,})"', line)  # 'A user might ask: "..."'
     line = quoted.group(1) if quoted else line
-    line = re.sub(r"^(question|request|instruction|user|student)\s*:\s*", "", line, flags=re.I).strip().strip('"“”').strip()
+    line = (
+        re.sub(r"^(question|request|instruction|user|student)\s*:\s*", "", line, flags=re.I)
+        .strip()
+        .strip('"“”')
+        .strip()
+    )
     if line.endswith(":") or line.startswith(ASSISTANT_OPENINGS):
         return None
     return line if 15 <= len(line) <= 400 and len(line.split()) >= 4 else None
@@ -250,7 +347,11 @@ def take(pool: Iterable[Prompt], quota: int, seen: set[str]) -> list[Prompt]:
 
 
 def mix(
-    count: int, seed: int, self_instruct: list[Prompt], locale_root: Path = LOCALE_DIR, man_root: Path = MAN_DIR,
+    count: int,
+    seed: int,
+    self_instruct: list[Prompt],
+    locale_root: Path = LOCALE_DIR,
+    man_root: Path = MAN_DIR,
 ) -> list[Prompt]:
     """About `count` distinct prompts in SHARES, shuffled by `seed` (the same list for the same arguments and
     installed files). Each new pool has a random generator of its own, so adding one leaves the others as they were."""
