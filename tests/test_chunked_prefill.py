@@ -17,7 +17,7 @@ SHORT = "List three prime numbers."
 
 def test_a_short_request_is_prefilled_between_the_chunks_of_a_long_one(engine):
     app = create_app(engine, ServeOptions(max_batch=2, timeout=120.0, prefill_chunk=64, max_context=4096))
-    scheduler = app.state.scheduler
+    scheduler = app.state.server.scheduler
     calls: list[tuple[int, int, int]] = []  # (slot, start, tokens) of every prefill forward
     prefill = scheduler.batch.runner.prefill
 

@@ -34,7 +34,7 @@ def app(engine):
 
 
 def test_a_failing_forward_fails_its_batch_and_serving_goes_on(app, engine):
-    scheduler = app.state.scheduler
+    scheduler = app.state.server.scheduler
     scheduler.batch.runner.verify, calls = failing_verify(scheduler.batch.runner.verify, lambda n: n == 3)
     with TestClient(app, base_url="http://localhost") as client:
         with ThreadPoolExecutor(4) as pool:
@@ -49,7 +49,7 @@ def test_a_failing_forward_fails_its_batch_and_serving_goes_on(app, engine):
 
 
 def test_a_broken_engine_is_reported_and_refuses_work(app):
-    scheduler = app.state.scheduler
+    scheduler = app.state.server.scheduler
     scheduler.batch.runner.verify, _ = failing_verify(scheduler.batch.runner.verify, lambda n: True)
     failures = []
     scheduler.on_failure = failures.append
@@ -69,7 +69,7 @@ def test_a_stuck_scheduler_still_answers_by_the_deadline(engine):
     """The deadline is enforced by the request's handler too: a scheduler that never delivers still gets
     the client a 504 shortly after its timeout."""
     app = create_app(engine, ServeOptions(max_batch=1, timeout=1.0))
-    scheduler = app.state.scheduler
+    scheduler = app.state.server.scheduler
     scheduler.submit = lambda job: None  # accepted, never scheduled
     with TestClient(app, base_url="http://localhost") as client:
         reply = client.post("/v1/completions", json=BODY)

@@ -89,6 +89,10 @@ class Batch:
             updates.append((row, result))
         return updates
 
+    def clear(self) -> None:
+        """Drop every row without retiring it: after a failed forward their KV state is unknown."""
+        self.rows.clear()
+
     def retire(self, row: Row) -> None:
         """Free the row's slot; the last row moves into it, so the rows stay contiguous."""
         self.runner.free(self.rows.index(row), self.rows)

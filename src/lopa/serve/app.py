@@ -109,7 +109,6 @@ def create_app(engine: DecodingEngine, options: ServeOptions) -> FastAPI:
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(router)
     app.state.server = Server(engine, options, scheduler, capacity, capacity * max_token_chars(engine.tokenizer))
-    app.state.scheduler = scheduler
     return app
 
 

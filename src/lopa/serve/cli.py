@@ -117,7 +117,7 @@ def run_serve(args: argparse.Namespace) -> int:
         allowed_hosts=(args.host, *args.allow_host),
     )
     app = in_passing_thread(lambda: build_app(args, options))
-    scheduler = app.state.scheduler
+    scheduler = app.state.server.scheduler
     mode = "lookahead" if options.parallel else "plain"
     print(
         f"lopa: serving {scheduler.engine.loaded.name} ({mode}, batch {args.max_batch}) on http://{args.host}:{args.port}",

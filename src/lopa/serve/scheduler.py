@@ -46,7 +46,6 @@ class DecodingEngine(Protocol):
     tokenizer: Any
     runner: Runner
     sizing: CostModel | None
-    eos_ids: set[int]
 
     def row(self, prompt_ids: list[int], cfg: GenerationConfig, owner: object = None) -> Row: ...
 
@@ -176,7 +175,7 @@ class Scheduler:
 
     def _fail_active(self, error: str) -> None:
         jobs, self.staged = self._running(), None
-        self.batch.rows.clear()
+        self.batch.clear()
         for job in jobs:
             self._end(job, "error", error)
 
@@ -184,10 +183,9 @@ class Scheduler:
         with self.cond:
             self.failure, self.closing = reason, True
             waiting, self.pending = list(self.pending), deque()
-        for job in [*self._running(), *waiting]:
+        self._fail_active(f"the engine failed: {reason}")
+        for job in waiting:
             self._end(job, "error", f"the engine failed: {reason}")
-        self.batch.rows.clear()
-        self.staged = None
         if self.on_failure is not None:
             self.on_failure(reason)
 
