@@ -16,17 +16,26 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from .data import load_questions, spread
 
-MODES = {"lopa": [], "plain": ["--no-parallel"], "serial": ["--max-batch", "1"], "compiled": ["--compile"]}
+MODES = {
+    "lopa": [],
+    "plain": ["--no-parallel"],
+    "serial": ["--max-batch", "1"],
+    "compiled": ["--compile"],
+    "one-thread": ["--threads", "1"],
+    "replicas": ["--replicas", "2", "--threads", "1"],  # two Ray Serve replicas of one thread (lopa[cluster])
+}
 DEFAULT_MODES = ("lopa", "plain", "serial")
 DEFAULT_PROMPTS = "/work/shared/data/spec_bench_dev.jsonl"
 
@@ -58,6 +67,17 @@ def add_bench_parser(subparsers) -> None:
         help="soak length (0: none): lopa server, --load-clients clients streaming, not streaming and leaving",
     )
     p.add_argument("--load-clients", type=int, default=16)
+    p.add_argument("--soak-mode", default="lopa", help="the server the soak runs on (one of --modes)")
+    p.add_argument(
+        "--retries", type=int, default=0, help="soak clients resend a request that got a 5xx before any text"
+    )
+    p.add_argument(
+        "--kill-replica-at",
+        type=float,
+        default=None,
+        metavar="S",
+        help="SIGKILL one Ray Serve replica S seconds into the soak (--soak-mode replicas)",
+    )
     p.add_argument(
         "--long-prompt",
         type=int,
@@ -89,14 +109,16 @@ def _free_port() -> int:
 
 
 class ServerProcess:
-    """`lopa serve` in a child process on a free loopback port; SIGTERM on exit."""
+    """`lopa serve` in a child process on a free loopback port; SIGTERM on exit. Its stderr goes to a temporary
+    file (`log()` reads it), never to a pipe nobody drains: a chatty server would block writing to a full pipe."""
 
     def __init__(self, extra: list[str], model: str | None, max_batch: int, timeout: float):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "lopa", "serve", "--port", str(self.port), "--max-batch", str(max_batch)]
         cmd += (["--model", model] if model else []) + extra
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.stderr = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.stderr, text=True)
         self._wait(timeout)
 
     def _wait(self, timeout: float) -> None:
@@ -105,7 +127,7 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read()[-2000:]}")
+                raise RuntimeError(f"server exited: {self.log()[-2000:]}")
             try:
                 if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
                     return
@@ -114,6 +136,11 @@ class ServerProcess:
             time.sleep(0.3)
         self.stop()
         raise RuntimeError(f"server did not start within {timeout} s")
+
+    def log(self) -> str:
+        """What the server wrote to stderr so far."""
+        self.stderr.seek(0)
+        return self.stderr.read()
 
     def stop(self, timeout: float = 60.0) -> int:
         self.proc.send_signal(signal.SIGTERM)
@@ -133,28 +160,42 @@ class ServerProcess:
 CLIENT_KINDS = ("stream", "full", "leave")  # streamed, not streamed, and streamed but gone after the first text
 
 
-async def one_request(client, url: str, prompt: str, max_tokens: int, kind: str = "stream") -> dict:
+RETRYABLE = {500, 502, 503, 504}  # what the OpenAI SDK retries besides 408/409/429 and lost connections
+
+
+async def one_request(client, url: str, prompt: str, max_tokens: int, kind: str = "stream", retries: int = 0) -> dict:
     """One greedy chat completion; returns ttft, latency, tokens, or an error. `kind` "leave" closes the stream
-    after the first piece of text, as a client that goes away mid-answer."""
+    after the first piece of text, as a client that goes away mid-answer. `retries`: a 5xx or a lost connection
+    before any text is sent again, after 0.5, 1, 2 ... s, as the OpenAI SDK does (its default is 2)."""
+    start = time.perf_counter()
+    for attempt in range(retries + 1):
+        result = await _attempt(client, url, prompt, max_tokens, kind, start)
+        if not result.pop("retryable", False) or attempt == retries:
+            return result | {"retries": attempt}
+        await asyncio.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+async def _attempt(client, url: str, prompt: str, max_tokens: int, kind: str, start: float) -> dict:
     body = {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": kind != "full",
     }
-    start = time.perf_counter()
-    ttft, tokens = None, 0
+    ttft, tokens, done = None, 0, kind == "full"
     try:
         if kind == "full":
             resp = await client.post(url + "/v1/chat/completions", json=body)
             if resp.status_code != 200:
-                return {"error": f"HTTP {resp.status_code}"}
+                return {"error": f"HTTP {resp.status_code}", "retryable": resp.status_code in RETRYABLE}
             tokens = resp.json()["usage"]["completion_tokens"]
         else:
             async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
                 if resp.status_code != 200:
-                    return {"error": f"HTTP {resp.status_code}"}
+                    return {"error": f"HTTP {resp.status_code}", "retryable": resp.status_code in RETRYABLE}
                 async for line in resp.aiter_lines():
+                    done = done or line == "data: [DONE]"
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
@@ -163,11 +204,14 @@ async def one_request(client, url: str, prompt: str, max_tokens: int, kind: str 
                     if ttft is None and chunk["choices"][0].get("delta", {}).get("content"):
                         ttft = time.perf_counter() - start
                         if kind == "leave":
+                            done = True
                             break
                     if chunk.get("usage"):
                         tokens = chunk["usage"]["completion_tokens"]
     except Exception as exc:  # count transport failures, keep benchmarking
-        return {"error": repr(exc)}
+        return {"error": repr(exc), "retryable": ttft is None}
+    if not done:
+        return {"error": "the stream ended without [DONE]", "retryable": ttft is None}
     return {
         "ttft": ttft if ttft is not None else time.perf_counter() - start,
         "latency": time.perf_counter() - start,
@@ -231,14 +275,42 @@ def _metric(url: str, name: str) -> float:
     return float("nan")
 
 
-async def load_run(url: str, prompts: list[str], clients: int, seconds: float, max_tokens: int) -> dict:
+def kill_one_replica() -> int:
+    """SIGKILL one Ray Serve replica process of lopa's app (as a crash would kill it); returns its pid. Linux only."""
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if b"ServeReplica:lopa:" in command:
+            os.kill(int(proc.name), signal.SIGKILL)
+            return int(proc.name)
+    raise RuntimeError("no Ray Serve replica process of lopa's app is running")
+
+
+async def load_run(
+    url: str,
+    prompts: list[str],
+    clients: int,
+    seconds: float,
+    max_tokens: int,
+    retries: int = 0,
+    kill_at: float | None = None,
+) -> dict:
     """Keep `clients` busy for `seconds`, each client of one kind in turn (CLIENT_KINDS); count failures,
-    sample the server's resident memory, and check that no request still holds a slot afterwards."""
+    sample the server's resident memory, and check that no request still holds a slot afterwards.
+    `retries`: each request's retries (one_request); `kill_at`: SIGKILL one Ray Serve replica that many s in."""
     import httpx
 
     deadline = time.monotonic() + seconds
     samples: list[tuple[float, float]] = []
     start = time.monotonic()
+    killed: dict[str, float] = {}
+
+    async def killer():
+        if kill_at is not None:
+            await asyncio.sleep(kill_at)
+            killed.update(pid=kill_one_replica(), at_s=round(time.monotonic() - start, 1))
 
     async def sampler():
         while time.monotonic() < deadline:
@@ -251,11 +323,13 @@ async def load_run(url: str, prompts: list[str], clients: int, seconds: float, m
         async def worker(w: int) -> list[dict]:
             out, i, kind = [], w, CLIENT_KINDS[w % len(CLIENT_KINDS)]
             while time.monotonic() < deadline:
-                out.append(await one_request(client, url, prompts[i % len(prompts)], max_tokens, kind) | {"kind": kind})
+                answer = await one_request(client, url, prompts[i % len(prompts)], max_tokens, kind, retries)
+                out.append(answer | {"kind": kind})
                 i += clients
             return out
 
-        results, _ = await asyncio.gather(asyncio.gather(*(worker(w) for w in range(clients))), sampler())
+        workers = asyncio.gather(*(worker(w) for w in range(clients)))
+        results, _, _ = await asyncio.gather(workers, sampler(), killer())
     flat = [r for rs in results for r in rs]
     settle = time.monotonic() + 15  # a client that just left is reaped at the scheduler's next step
     while (
@@ -269,6 +343,8 @@ async def load_run(url: str, prompts: list[str], clients: int, seconds: float, m
         "requests": {kind: sum(r["kind"] == kind for r in flat) for kind in CLIENT_KINDS},
         "failed": sum("error" in r for r in flat),
         "errors": sorted({r["error"] for r in flat if "error" in r})[:5],
+        "retried": sum(r["retries"] > 0 for r in flat),
+        "killed_replica": killed or None,
         "running_after": running,
         "rss_mb": [(round(t, 1), round(m / 2**20, 1)) for t, m in samples],
         "rss_growth_second_half_pct": 100 * (max(half) - half[0]) / half[0] if half else float("nan"),
@@ -372,13 +448,16 @@ def run_bench(args: argparse.Namespace) -> int:
                     f"latency p50 {level['latency_p50']:.2f}s  failed {level['failed']}",
                     flush=True,
                 )
-        if "lopa" in servers and args.load_seconds > 0:
-            load = asyncio.run(
-                load_run(servers["lopa"].url, prompts, args.load_clients, args.load_seconds, args.max_tokens)
+        if args.soak_mode in servers and args.load_seconds > 0:
+            url = servers[args.soak_mode].url
+            soak = load_run(
+                url, prompts, args.load_clients, args.load_seconds, args.max_tokens, args.retries, args.kill_replica_at
             )
+            load = asyncio.run(soak) | {"mode": args.soak_mode}
             results["load"] = load
             print(
-                f"soak: {load['requests']} requests in {load['seconds']:g} s, {load['failed']} failed, "
+                f"soak ({args.soak_mode}): {load['requests']} requests in {load['seconds']:g} s, {load['failed']} "
+                f"failed, {load['retried']} retried, killed {load['killed_replica']}, "
                 f"{load['running_after']:g} still running after, RSS growth over the second half "
                 f"{load['rss_growth_second_half_pct']:.1f} %",
                 flush=True,

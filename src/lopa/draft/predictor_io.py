@@ -5,8 +5,10 @@ config: `speculators_model_type: "eagle3"`, `architectures: ["Eagle3Speculator"]
 `transformer_layer_config` (a LlamaConfig dict, num_hidden_layers 1, vocab_size = the target's),
 `draft_vocab_size`, `target_hidden_size`, `norm_before_residual: false` (written out: newer vLLM defaults
 it to true when absent), `eagle_aux_hidden_state_layer_ids`, and `speculators_config` (algorithm, a
-greedy proposal method with `speculative_tokens`, the verifier's name and architectures). lopa adds a
-`lopa` section: the base model's identity (sizes, embedding fingerprints) and the training record.
+greedy proposal method with `speculative_tokens`, the verifier's name and architectures). The verifier is
+named as outside tools resolve it: a catalog model's hub id (`lopa export-predictor` renames it, e.g. to a
+local directory); lopa itself never reads that name. lopa adds a `lopa` section: the base model's identity
+(catalog name, sizes, embedding fingerprints), which lopa's loading checks, and the training record.
 The weights are `fc.weight`, `layers.0.*` (q/k/v 2 * hidden wide, `hidden_norm`), `norm.weight`,
 `lm_head.weight`, `d2t` (int64 offsets: target id = draft id + d2t[draft id]) and `t2d` (bool over the
 target vocabulary); the embedding is the target's own and is not stored.
@@ -27,8 +29,14 @@ Checked against (read through the code search, May 2026 snapshots):
 - vllm-project/speculators src/speculators/models/eagle3/{config.py,core.py,model_definitions_llama.py}
   and the older src/speculators/models/eagle3.py: config fields, state-dict names, d2t as offsets
   (`input_ids + d2t[input_ids]`), t2d bool, fc without bias in the current code (the older file had a bias).
+- speculators 0.9.0 itself, in its own environment (tests/interop/, the slow stage): Eagle3DraftModel loads an
+  exported lopa file (the `lopa` key included) with every tensor bit for bit, and lopa loads and drafts with
+  checkpoints speculators' save_pretrained wrote (architectures "Eagle3DraftModel", embed_tokens stored, no
+  d2t/t2d for a full draft vocabulary, the flags below written out as false), its logits equal to
+  speculators' own forward. speculators' norm_before_fc, fc_norm, norm_output and embed_requires_grad,
+  more than one layer, or a non-Llama layer are refused: lopa's layer does none of them.
 Not checked: SGLang's llama_eagle3.py and SafeAILab/EAGLE's cnets.py (not opened in the time there was);
-whether speculators' pydantic config accepts the extra `lopa` key; loading a lopa file in a real vLLM.
+loading a lopa file in a real vLLM or SGLang (no GPU here).
 vLLM's fc is fixed at 3 target layers, so only three aux layers make a file vLLM can serve.
 """
 
@@ -41,6 +49,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import ModelLoadError
+from ..models.catalog import CATALOG
 from ..models.fastlinear import PackedLinear, packing_available, replace_linears
 from .files import model_identity, read_config_json, read_weights
 from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
@@ -48,6 +57,12 @@ from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
 FORMAT = "lopa-predictor/1"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
+
+
+def verifier_name(base_name: str | None) -> str | None:
+    """The verifier as outside tools name it: a catalog model's hub id, else the name lopa loaded it by."""
+    entry = CATALOG.get(base_name or "")
+    return (entry.hub_id if entry and entry.hub_id else base_name) or None
 
 
 def speculators_config(predictor: Eagle3Predictor, speculative_tokens: int = 5) -> dict:
@@ -67,7 +82,7 @@ def speculators_config(predictor: Eagle3Predictor, speculative_tokens: int = 5) 
             "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
             "verifier": {
-                "name_or_path": base.get("base_name") or None,
+                "name_or_path": verifier_name(base.get("base_name")),
                 "architectures": [base.get("architecture", "")],
             },
         },
@@ -92,23 +107,46 @@ def _read_config(path: Path, model) -> PredictorConfig:
     layer = raw.get("transformer_layer_config")
     if not isinstance(layer, dict) or "hidden_size" not in layer or "vocab_size" not in layer:
         raise ModelLoadError(f"{path / CONFIG} has no valid transformer_layer_config")
+    _check_supported(raw, layer, path)
     lopa = raw.get("lopa") or {}
     text = model.config.get_text_config()
+    # a file from elsewhere records no base: the summary's share is then of this model's size
+    base = lopa.get("base") or {"base_parameters": sum(p.numel() for p in model.parameters())}
     try:
         config = PredictorConfig(
             layer=layer,
             aux_layers=list(raw.get("eagle_aux_hidden_state_layer_ids") or default_aux_layers(text.num_hidden_layers)),
             draft_vocab_size=int(raw.get("draft_vocab_size") or layer["vocab_size"]),
             target_hidden_size=int(raw.get("target_hidden_size") or layer["hidden_size"]),
-            base=lopa.get("base", {}),
+            base=base,
             training=lopa.get("training", {}),
         )
     except (TypeError, ValueError) as exc:
         raise ModelLoadError(f"{path / CONFIG} has malformed fields: {exc}") from None
-    if raw.get("norm_before_residual"):
-        raise ModelLoadError(f"{path / CONFIG}: norm_before_residual predictors are not supported")
     _check_base(config, model, path)
     return config
+
+
+# speculators' eagle3 options that change what the predictor computes; lopa's layer does none of them
+_UNSUPPORTED = {
+    "norm_before_residual": "the residual is the normed feature",
+    "norm_before_fc": "the aux hidden states are normed before fc",
+    "fc_norm": "each aux hidden state is normed before fc",
+    "norm_output": "the next step reads the normed output",
+    "embed_requires_grad": "a trained embedding, where lopa drafts on the target's own",
+}
+
+
+def _check_supported(raw: dict, layer: dict, path: Path) -> None:
+    """Refuse, by name, an EAGLE-3 variant lopa cannot draft with (rather than a state-dict mismatch later)."""
+    for key, what in _UNSUPPORTED.items():
+        if raw.get(key):
+            raise ModelLoadError(f"{path / CONFIG}: {key} ({what}) is not supported")
+    kind, layers = layer.get("model_type", "llama"), layer.get("num_hidden_layers", 1)
+    if kind != "llama" or layers != 1:
+        raise ModelLoadError(
+            f"{path / CONFIG}: lopa drafts with one Llama decoder layer; this predictor has {layers} {kind} layers"
+        )
 
 
 def _check_base(config: PredictorConfig, model, path: Path) -> None:

@@ -39,6 +39,8 @@ class WheelModel:
 
     parameters and fp32_bytes (the converted safetensors directory, measured) say how much memory
     the model takes in fp32, the CPU default; load_model's packed CPU kernels add about as much again.
+    hub_id is the unquantised model on the Hugging Face hub (the GGUF's metadata and chat template say
+    base or instruct): a predictor's config names its verifier so, as vLLM, SGLang and speculators resolve it.
     """
 
     name: str
@@ -48,6 +50,7 @@ class WheelModel:
     sha256: str
     parameters: int
     fp32_bytes: int
+    hub_id: str = ""
 
     @property
     def memory(self) -> str:
@@ -77,6 +80,7 @@ CATALOG: dict[str, WheelModel] = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         parameters=134_515_008,
         fp32_bytes=541_619_073,
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "gemma3-270m": WheelModel(
         name="gemma3-270m",
@@ -95,6 +99,7 @@ CATALOG: dict[str, WheelModel] = {
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         parameters=268_098_176,
         fp32_bytes=1_105_796_833,
+        hub_id="google/gemma-3-270m",
     ),
     # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: qwen2, 28 blocks, 339 tensors (its own output.weight: lm_head is untied).
     "qwen2.5-coder-1.5b": WheelModel(
@@ -132,8 +137,10 @@ CATALOG: dict[str, WheelModel] = {
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parameters=1_777_088_000,
         fp32_bytes=7_119_829_717,
+        hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
     ),
-    # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M: qwen2, 24 blocks, 291 tensors (lm_head untied, as above).
+    # Qwen2.5-Coder-0.5B-Instruct, Q4_K_M: qwen2, 24 blocks, 291 tensors (lm_head untied, as above); its metadata
+    # names the AWQ build of the instruct model as the source.
     "qwen2.5-coder-0.5b": WheelModel(
         name="qwen2.5-coder-0.5b",
         gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
@@ -153,6 +160,7 @@ CATALOG: dict[str, WheelModel] = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         parameters=630_167_424,
         fp32_bytes=2_532_141_569,
+        hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
     ),
 }
 

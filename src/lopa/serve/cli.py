@@ -54,6 +54,27 @@ def register(subparsers) -> None:
         "--no-parallel", action="store_true", help="batched plain decoding (one token per step), for comparison"
     )
     serve.add_argument("--drain", type=float, default=30.0, help="seconds SIGTERM waits for running requests")
+    cluster = serve.add_argument_group("replicas on Ray Serve (pip install 'lopa[cluster]')")
+    cluster.add_argument(
+        "--replicas", type=int, default=None, metavar="N", help="serve through N Ray Serve replicas of the engine"
+    )
+    cluster.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="deploy on this running Ray cluster ('auto', or HEAD_IP:6379) instead of a local Ray instance",
+    )
+    cluster.add_argument("--min-replicas", type=int, default=None, metavar="N", help="autoscaling floor (default 1)")
+    cluster.add_argument(
+        "--max-replicas", type=int, default=None, metavar="N", help="autoscale between the floor and N replicas"
+    )
+    cluster.add_argument(
+        "--target-ongoing-requests",
+        type=float,
+        default=None,
+        metavar="R",
+        help="autoscaling aims at R requests running or queued per replica (default: --max-batch)",
+    )
     serve.set_defaults(func=run_serve)
 
 
@@ -116,6 +137,8 @@ def run_serve(args: argparse.Namespace) -> int:
         docs=args.docs,
         allowed_hosts=(args.host, *args.allow_host),
     )
+    if args.replicas or args.ray_address or args.max_replicas:
+        return _run_cluster(args, options)
     app = in_passing_thread(lambda: build_app(args, options))
     scheduler = app.state.server.scheduler
     mode = "lookahead" if options.parallel else "plain"
@@ -136,3 +159,14 @@ def run_serve(args: argparse.Namespace) -> int:
     scheduler.on_failure = engine_failed
     server.run()
     return 0 if server.started and scheduler.failure is None else 1
+
+
+def _run_cluster(args: argparse.Namespace, options: ServeOptions) -> int:
+    from ..errors import InvalidRequestError
+
+    try:
+        from .cluster import run_replicas
+    except ImportError as exc:
+        raise InvalidRequestError(f"--replicas needs Ray Serve: pip install 'lopa[cluster]' ({exc})") from None
+    args.replicas = args.replicas or 1
+    return run_replicas(args, options)

@@ -1,6 +1,7 @@
 """`lopa build-corpus`: generate the self-distillation corpus (see src/lopa/data/corpus/README.md);
 `lopa train-heads` (alias `train-predictor`): train the EAGLE-3 lookahead predictor on that corpus, features
-recomputed by teacher forcing (see src/lopa/data/predictor/README.md)."""
+recomputed by teacher forcing (see src/lopa/data/predictor/README.md); `lopa export-predictor`: a copy of a
+predictor whose verifier vLLM, SGLang and speculators can load (train/export.py)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,27 @@ def register(subparsers) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
     t.set_defaults(func=_train_predictor)
+
+    e = subparsers.add_parser(
+        "export-predictor", help="copy a predictor, its verifier named so vLLM, SGLang and speculators load it"
+    )
+    e.add_argument("--out", required=True, type=Path, help="the directory to write (config.json, model.safetensors)")
+    e.add_argument("--predictor", type=Path, default=None, help="predictor directory (default: the shipped one)")
+    v = e.add_mutually_exclusive_group()
+    v.add_argument(
+        "--verifier",
+        default=None,
+        help="the target model: hub id (owner/name), local HF model directory or catalog name "
+        "(default: the hub id of the predictor's base model)",
+    )
+    v.add_argument(
+        "--verifier-dir",
+        type=Path,
+        default=None,
+        help="write lopa's HF directory of the base model here (the weights the predictor was trained on; "
+        "no hub access needed) and name it as the verifier",
+    )
+    e.set_defaults(func=_export_predictor)
 
 
 def _build_corpus(args: argparse.Namespace) -> int:
@@ -153,4 +175,11 @@ def _train_predictor(args: argparse.Namespace) -> int:
     }
     (args.out / "held_out.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result))
+    return 0
+
+
+def _export_predictor(args: argparse.Namespace) -> int:
+    from .export import export_predictor
+
+    print(json.dumps(export_predictor(args.out, args.predictor, args.verifier, args.verifier_dir)))
     return 0
