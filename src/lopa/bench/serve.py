@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -168,12 +169,11 @@ async def one_request(client, url: str, prompt: str, max_tokens: int, kind: str 
     after the first piece of text, as a client that goes away mid-answer. `retries`: a 5xx or a lost connection
     before any text is sent again, after 0.5, 1, 2 ... s, as the OpenAI SDK does (its default is 2)."""
     start = time.perf_counter()
-    for attempt in range(retries + 1):
+    for attempt in itertools.count():
         result = await _attempt(client, url, prompt, max_tokens, kind, start)
         if not result.pop("retryable", False) or attempt == retries:
             return result | {"retries": attempt}
         await asyncio.sleep(0.5 * 2**attempt)
-    raise AssertionError("unreachable")
 
 
 async def _attempt(client, url: str, prompt: str, max_tokens: int, kind: str, start: float) -> dict:

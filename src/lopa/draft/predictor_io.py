@@ -100,10 +100,16 @@ def save_predictor(predictor: Eagle3Predictor, out: Path | str) -> None:
     (out / CONFIG).write_text(json.dumps(speculators_config(predictor), indent=1) + "\n")
 
 
-def _read_config(path: Path, model) -> PredictorConfig:
+def read_eagle3_config(path: Path) -> dict:
+    """The predictor directory's config.json; ModelLoadError unless it is a speculators eagle3 config."""
     raw = read_config_json(path, CONFIG, "predictor")
     if not isinstance(raw, dict) or raw.get("speculators_model_type") != "eagle3":
         raise ModelLoadError(f"{path / CONFIG} is not an EAGLE-3 (speculators eagle3) config")
+    return raw
+
+
+def _read_config(path: Path, model) -> PredictorConfig:
+    raw = read_eagle3_config(path)
     layer = raw.get("transformer_layer_config")
     if not isinstance(layer, dict) or "hidden_size" not in layer or "vocab_size" not in layer:
         raise ModelLoadError(f"{path / CONFIG} has no valid transformer_layer_config")

@@ -111,7 +111,6 @@ class LopaReplica:
         from ..models.threads import in_passing_thread
         from .cli import build_app
 
-        args.threads = args.threads or int(os.environ.get("OMP_NUM_THREADS", 0)) or None  # Ray sets it from num_cpus
         self.fastapi = in_passing_thread(lambda: build_app(args, options))
         self.replica = serve.get_replica_context().replica_id.unique_id
 
@@ -136,11 +135,12 @@ def run_replicas(args: argparse.Namespace, options: ServeOptions) -> int:
     ray.init(address=args.ray_address or "local", include_dashboard=False, logging_level="WARNING")
     serve.start(http_options={"host": args.host, "port": args.port}, logging_config=LOGGING)
     deployment = serve.deployment(LopaReplica, name="LopaReplica").options(**scaling.deployment_options(options))
+    replica_args = argparse.Namespace(**vars(args) | {"threads": scaling.cpus})  # torch threads = the CPUs reserved
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.run(deployment.bind(args, options), name=APP_NAME, route_prefix="/", blocking=False)
+        serve.run(deployment.bind(replica_args, options), name=APP_NAME, route_prefix="/", blocking=False)
         print(
             f"lopa: serving {args.model or 'the default model'} on http://{args.host}:{args.port} through "
             f"{scaling.replicas} Ray Serve replicas of {scaling.cpus} CPUs",

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from ..draft.files import read_config_json
-from ..draft.predictor_io import CONFIG, DEFAULT_PREDICTOR_DIR, WEIGHTS, verifier_name
+from ..draft.predictor_io import CONFIG, DEFAULT_PREDICTOR_DIR, WEIGHTS, read_eagle3_config, verifier_name
 from ..errors import ModelLoadError
 from ..models.catalog import CATALOG
 from ..models.loading import resolve_model_dir
@@ -30,9 +30,7 @@ def export_predictor(
     named `verifier` (a hub id, a local HF directory or a catalog name; default: the base's hub id) or, with
     `verifier_dir`, a copy of lopa's HF directory of the base written there. Returns what was written."""
     src = Path(predictor or DEFAULT_PREDICTOR_DIR).expanduser()
-    config = read_config_json(src, CONFIG, "predictor")
-    if not isinstance(config, dict) or config.get("speculators_model_type") != "eagle3":
-        raise ModelLoadError(f"{src / CONFIG} is not an EAGLE-3 (speculators eagle3) config")
+    config = read_eagle3_config(src)
     if not (src / WEIGHTS).is_file():
         raise ModelLoadError(f"{src} has no {WEIGHTS}")
     out = Path(out).expanduser()
