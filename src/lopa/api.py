@@ -25,6 +25,7 @@ from .draft.predictor_io import PredictorSpec, predictor_for
 from .draft.registry import new_drafters
 from .errors import InvalidRequestError, ModelLoadError
 from .models.compiled import buckets_up_to, compile_model, cuda_graph_capacity
+from .models.fastkernels import row_invariant
 from .models.loading import LoadedModel, load_model
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_surface
 from .models.runner import Runner
@@ -67,11 +68,11 @@ class Engine:
             compiled=compiled,
             static=static is not None,
         )
-        if self.model.dtype in (torch.bfloat16, torch.float16):
+        if self.model.dtype in (torch.bfloat16, torch.float16) and not row_invariant(self.model):
             log.warning(
-                "lopa: in %s a tree's forward rounds its tokens differently from one-token steps, so greedy lookahead "
-                "equals plain decoding only up to near-ties at that precision (README: bf16 on the CPU); float32 "
-                "keeps them equal",
+                "lopa: in %s here a tree's forward rounds its tokens differently from one-token steps, so greedy "
+                "lookahead equals plain decoding only up to near-ties at that precision (README: bf16 on the CPU); "
+                "float32, and bf16 on a CPU with lopa's kernels, keep them equal",
                 str(self.model.dtype).removeprefix("torch."),
             )
         # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features

@@ -78,6 +78,10 @@ def _info(args: argparse.Namespace) -> int:
     print(f"path:         {loaded.path}")
     print(f"architecture: {', '.join(cfg.architectures or [type(engine.model).__name__])} ({cfg.model_type})")
     print(f"dtype:        {engine.model.dtype}")
+    if getattr(engine.model, "lopa_precision", None):
+        layers = getattr(engine.model, "lopa_int4_layers", None)
+        detail = f" ({layers['from_file']} linear layers from the file's blocks, {layers['quantized_by_lopa']} by lopa)"
+        print(f"precision:    {engine.model.lopa_precision}{detail if layers else ''}")
     print(f"device:       {engine.model.device}")
     print(f"parameters:   {loaded.num_parameters:,}")
     print(f"context:      {engine.runner.max_positions}")

@@ -22,9 +22,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument(
         "--dtype",
-        choices=["float32", "float16", "bfloat16", "int8"],
+        choices=["float32", "float16", "bfloat16", "int8", "int4"],
         default=None,
-        help="default: fp32 on CPU, bf16 on CUDA; int8: int8 linear layers (CPU)",
+        help="default: fp32 on CPU, bf16 on CUDA; int8: int8 linear layers (CPU); int4: bf16 with int4 weight-only "
+        "linear layers, a GGUF's own Q4_0/Q4_1/Q4_K blocks kept quantized (CPU)",
     )
     parser.add_argument(
         "--max-verify-tokens",
@@ -92,7 +93,7 @@ def load_engine(args: argparse.Namespace, profile: bool = True) -> Engine:
         draft_model_dtype=args.draft_dtype,
         always_draft=args.always_draft,
     )
-    dtype = args.dtype if args.dtype in (None, "int8") else getattr(torch, args.dtype)
+    dtype = args.dtype if args.dtype in (None, "int8", "int4") else getattr(torch, args.dtype)
     return Engine.from_pretrained(
         args.model,
         device=args.device,

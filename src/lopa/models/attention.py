@@ -9,6 +9,10 @@ CPU, `scaled_dot_product_attention(..., enable_gqa=True)` reads the grouped head
 place with the mask, equal to float noise (checked in the tests); on CUDA a mask
 with enable_gqa falls back to the math kernel, so there the stock path stays.
 
+In bf16 on a CPU, attention goes through lopa's order-fixed kernel instead (models/ordered_attention.py):
+SDPA's rounding there depends on how many keys and queries a call holds, enough to change greedy choices,
+so a verified tree would not give what one-token steps give.
+
 "lopa_sdpa" is registered as an attention implementation (and given transformers' SDPA
 mask builder, so stock `generate()` on the same model still works): loading a model
 with attn_implementation="lopa_sdpa" or `model.set_attn_implementation("lopa_sdpa")`
@@ -34,6 +38,8 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from . import ordered_attention
 
 TREE_ATTENTION = "lopa_sdpa"
 
@@ -127,6 +133,9 @@ def tree_attention(
         return _packed_attention(module, query, key, value, attention_mask, packing, scaling=scaling, **kwargs), None
     grouped = getattr(module, "num_key_value_groups", 1) > 1
     plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "s_aux"))
+    if plain and attention_mask is not None and ordered_attention.applies(query):
+        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        return ordered_attention.ordered_attention(query, key, value, attention_mask, scale), None
     if not (grouped and plain and attention_mask is not None and query.device.type == "cpu"):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

@@ -14,8 +14,10 @@ import copy
 import logging
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from . import ordered_attention
 from .attention import TREE_ATTENTION
 from .fastlinear import pack_linears, packing_available
 
@@ -43,9 +45,20 @@ def has_fast_kernels(model: torch.nn.Module) -> bool:
     return bool(getattr(model, "lopa_kernels", ()))
 
 
+def row_invariant(model: PreTrainedModel) -> bool:
+    """Whether a bf16 model computes each token alike whatever else its forward holds (a tree, other rows), so
+    that lookahead equals plain decoding bit for bit: on a CPU, with lopa's attention and its order-fixed kernel,
+    and every linear layer one that computes each row alike (oneDNN-packed or int4; not stock nn.Linear)."""
+    ours = getattr(model.config, "_attn_implementation", None) == TREE_ATTENTION
+    query = torch.empty(1, 1, 1, getattr(model.config.get_text_config(), "head_dim", None) or 0, dtype=model.dtype)
+    stock_linear = any(type(m) is nn.Linear for m in model.modules())
+    return model.device.type == "cpu" and ours and ordered_attention.applies(query) and not stock_linear
+
+
 def stock_twin(model: PreTrainedModel) -> PreTrainedModel:
-    """The stock transformers model (stock linears, SDPA) over the same weight tensors, allocating no copy."""
-    if not has_fast_kernels(model):
+    """The stock transformers model (stock linears, SDPA) over the same weight tensors, allocating no copy; a
+    quantized model (int8, int4) is its own reference: transformers has no stock form of lopa's layers."""
+    if not has_fast_kernels(model) or getattr(model, "lopa_precision", None):
         return model
     with torch.device("meta"):
         twin = AutoModelForCausalLM.from_config(

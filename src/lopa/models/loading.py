@@ -18,6 +18,7 @@ from transformers import logging as hf_logging
 from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
+from .int4 import INT4, Int4Linear, quantize_int4
 from .quantize import INT8, quantize_int8
 
 
@@ -36,7 +37,9 @@ class LoadedModel:
 
     @property
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        """Weights counted as the model defines them (an int4 layer's in x out included)."""
+        int4 = sum(m.in_features * m.out_features for m in self.model.modules() if isinstance(m, Int4Linear))
+        return sum(p.numel() for p in self.model.parameters()) + int4
 
 
 def embedding_fingerprint(weight: torch.Tensor) -> str:
@@ -101,6 +104,15 @@ def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
     return name, out_dir
 
 
+def source_gguf(spec: str | None) -> Path | None:
+    """The GGUF file a model spec names (a catalog name or a .gguf path), or None for an HF directory."""
+    spec = spec or DEFAULT_MODEL
+    if spec in CATALOG:
+        return fetch_gguf(spec)
+    path = Path(spec).expanduser()
+    return path if path.suffix == ".gguf" else None
+
+
 def load_model(
     spec: str | None = None,
     *,
@@ -112,6 +124,8 @@ def load_model(
     """Load the model named by `spec` (catalog name, HF directory or .gguf path; None = default).
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
+    dtype "int4": bf16 with the decoder's linear layers int4 weight-only, a GGUF's own 4-bit blocks kept as they
+    are (CPU, models/int4.py).
     fast: lopa's CPU kernels (oneDNN-packed linears, in-place grouped-KV attention: models/fastkernels.py);
     False leaves the stock transformers modules.
     """
@@ -120,8 +134,8 @@ def load_model(
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} asked for, but this torch build sees no CUDA device")
     name, path = resolve_model_dir(spec)
-    int8 = dtype == INT8
-    dtype = torch.float32 if int8 else dtype or default_dtype(device)
+    int8, int4 = dtype == INT8, dtype == INT4
+    dtype = torch.float32 if int8 else torch.bfloat16 if int4 else dtype or default_dtype(device)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
@@ -134,6 +148,8 @@ def load_model(
     model.requires_grad_(False)
     if int8:
         quantize_int8(model)
+    if int4:
+        quantize_int4(model, source_gguf(spec))
     if fast:
         use_fast_kernels(model)
     return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# bf16 and int4 on the CPU with the order-fixed attention kernel (issue 37): is lookahead plain decoding bit for bit,
+# and how fast against llama.cpp at the same precision? Spec-Bench dev, 2 prompts per category (26), 128 new tokens,
+# 2 threads, methods interleaved in one process. int4 (the Q4_1 file's own blocks) against llama.cpp on that file;
+# bf16 against llama.cpp on the BF16 GGUF lopa writes from the same weights. Then ties.py (13 prompts x 64 tokens,
+# greedy ar against lopa, bf16 and int4). Nothing else running.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+export OMP_NUM_THREADS=2
+out=docs/bench/exact-low-precision
+DATA=../shared/data/spec_bench_dev.jsonl
+run() {  # name, lopa dtype, llama.cpp precision
+  lopa bench --data "$DATA" --limit 2 --max-new-tokens 128 --methods hf,ar,lopa,llamacpp,llamacpp-pld \
+    --dtype "$2" --gguf-precision "$3" --no-progress --out "$out/$1" 2>&1 | grep -v "^USDT" | tee "$out/$1.log"
+}
+run int4-q4_1 int4 shipped
+run bf16 bfloat16 bf16
+for dtype in bfloat16 int4; do python $out/ties.py $dtype 2>&1 | grep -v "^USDT" | tee -a $out/ties.log; done

@@ -1,0 +1,149 @@
+"""int4 weight-only linear layers for the CPU, taken from a GGUF's own 4-bit blocks where it has them.
+
+A Q4_0, Q4_1 or Q4_K tensor is 4-bit codes in groups of 32 inputs with one scale and one offset per group
+(Q4_K: a sub-block scale times the super-block's). That is exactly the layout of torch's int4 weight-only
+CPU kernel (`_weight_int4pack_mm_for_cpu`: w = (q - 8) * scale + zero, groups of 32, bf16 activations),
+so those weights are repacked, never expanded to floats: the model keeps about the file's size in memory
+instead of an fp32 copy 7x larger. Linear layers the file stores otherwise (Q5/Q6/Q8, F16, or an HF
+directory) are quantized by lopa to the same layout (per group of 32, min-max, round to nearest). The
+kernel computes each row of a product alike whatever the row count, so with bf16 everything else and the
+order-fixed attention (models/ordered_attention.py) a verified tree gives the logits one-token steps give.
+Scales and offsets are held in bf16, as the kernel takes them: the file's fp16 values lose 3 mantissa bits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+
+from ..errors import UnsupportedModelError
+from .fastlinear import replace_linears
+
+INT4 = "int4"
+GROUP = 32
+Q = gguf.GGMLQuantizationType
+FOUR_BIT = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
+
+
+class Int4Linear(nn.Module):
+    """y = x @ W.T with W = (q - 8) * scale + zero per group of 32 inputs, q in 0..15; bf16 in and out."""
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None):
+        """codes [out, in] int in 0..15; scale, zero [out, in / 32]."""
+        super().__init__()
+        self.out_features, self.in_features = codes.shape
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+        self.register_buffer("packed", packed, persistent=False)
+        self.register_buffer("scales_zeros", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().bfloat16())
+        self.bias = bias
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Int4Linear:
+        """Quantized by lopa: per group of 32, min-max asymmetric, round to nearest."""
+        groups = weight.detach().float().unflatten(1, (-1, GROUP))
+        low, high = groups.amin(-1), groups.amax(-1)
+        scale = ((high - low) / 15).clamp(min=1e-8)
+        codes = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).flatten(1)
+        return cls(codes, scale, low + 8 * scale, bias)
+
+    def weight(self) -> torch.Tensor:
+        """The dequantized weight [out, in] in fp32 (for checks, not for the forward)."""
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_zeros).t().float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+def _halves(packed: np.ndarray) -> np.ndarray:
+    """16 bytes of nibbles per 32 codes -> [..., 32]: low nibbles are codes 0..15, high nibbles 16..31."""
+    return np.concatenate([packed & 0x0F, packed >> 4], axis=-1)
+
+
+def _f16(raw: np.ndarray) -> np.ndarray:
+    return raw.copy().view(np.float16).astype(np.float32)[..., 0]
+
+
+def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's 12 bytes of 6-bit (scale, min) pairs for its 8 sub-blocks -> two [..., 8] arrays."""
+    raw = raw.astype(np.uint8)
+    low = np.concatenate([raw[..., 0:4] & 63, (raw[..., 8:12] & 0x0F) | ((raw[..., 0:4] >> 6) << 4)], axis=-1)
+    mins = np.concatenate([raw[..., 4:8] & 63, (raw[..., 8:12] >> 4) | ((raw[..., 4:8] >> 6) << 4)], axis=-1)
+    return low.astype(np.float32), mins.astype(np.float32)
+
+
+def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
+    """A 4-bit GGUF tensor's raw bytes -> codes [rows, in] (0..15), scale and zero [rows, in / 32] (float32)."""
+    if kind in (Q.Q4_0, Q.Q4_1):
+        size = 18 if kind == Q.Q4_0 else 20
+        blocks = data.reshape(rows, -1, size)
+        d = _f16(blocks[..., 0:2])
+        codes = _halves(blocks[..., size - 16 :])
+        zero = -8 * d if kind == Q.Q4_0 else _f16(blocks[..., 2:4])
+        return codes.reshape(rows, -1).astype(np.int32), d, zero + 8 * d
+    if kind == Q.Q4_K:
+        blocks = data.reshape(rows, -1, 144)
+        d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+        sub_scale, sub_min = _k_scales(blocks[..., 4:16])
+        nibbles = blocks[..., 16:].reshape(rows, -1, 4, 32)  # 4 chunks of 64 codes: low nibbles first, then high
+        codes = np.stack([nibbles & 0x0F, nibbles >> 4], axis=3).reshape(rows, -1).astype(np.int32)
+        scale = (d[..., None] * sub_scale).reshape(rows, -1)
+        offset = (dmin[..., None] * sub_min).reshape(rows, -1)
+        return codes, scale, 8 * scale - offset
+    raise ValueError(f"{kind.name} is not a 4-bit block type")
+
+
+def _row_order(processor: TensorProcessor, gguf_name: str, rows: int) -> np.ndarray:
+    """The order transformers puts a GGUF tensor's rows in (it un-permutes Llama's q/k rows for rotary)."""
+    index = np.arange(rows, dtype=np.float64)[:, None]
+    return processor.process(weights=index, name=gguf_name).weights[:, 0].astype(np.int64)
+
+
+def gguf_blocks(model: PreTrainedModel, path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """HF parameter name -> (codes, scale, zero) for every 4-bit weight of the GGUF at `path`, rows in HF order."""
+    reader = gguf.GGUFReader(path)
+    processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)(config=model.config.to_dict())
+    names = get_gguf_hf_weights_map(model, processor)
+    found = {}
+    for tensor in reader.tensors:
+        if tensor.tensor_type not in FOUR_BIT or tensor.name not in names:
+            continue
+        rows = int(tensor.shape[-1])
+        codes, scale, zero = unpack_blocks(np.asarray(tensor.data), tensor.tensor_type, rows)
+        order = _row_order(processor, tensor.name, rows)
+        found[names[tensor.name]] = tuple(
+            torch.from_numpy(np.ascontiguousarray(a[order])) for a in (codes, scale, zero)
+        )
+    return found
+
+
+def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> dict[str, int]:
+    """The decoder's linear layers as Int4Linear (in place), from the GGUF's 4-bit blocks where it has them;
+    everything else runs in bf16. Returns how many layers came from the file and how many lopa quantized."""
+    if model.device.type != "cpu" or model.dtype != torch.bfloat16:
+        raise UnsupportedModelError("int4 needs a bf16 model on the CPU (--device cpu)")
+    blocks = gguf_blocks(model, source_gguf) if source_gguf is not None else {}
+    names = {id(module): name for name, module in model.named_modules()}
+    counts = {"from_file": 0, "quantized_by_lopa": 0}
+
+    def make(linear: nn.Linear) -> Int4Linear:
+        if linear.in_features % GROUP:
+            raise UnsupportedModelError(f"int4 needs input sizes that are multiples of {GROUP}")
+        stored = blocks.get(f"{names[id(linear)]}.weight")
+        counts["from_file" if stored else "quantized_by_lopa"] += 1
+        return Int4Linear(*stored, linear.bias) if stored else Int4Linear.from_weight(linear.weight, linear.bias)
+
+    replace_linears(model.get_decoder(), make)
+    model.lopa_precision = INT4
+    model.lopa_int4_layers = counts
+    return counts

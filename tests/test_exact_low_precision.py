@@ -1,0 +1,159 @@
+"""bf16 and int4 on the CPU: a token verified in a tree gets one-token steps' logits bit for bit, so greedy lookahead
+is plain decoding at those precisions too; int4 keeps a GGUF's own 4-bit blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from lopa import DraftConfig, Engine
+from lopa.models.fastkernels import row_invariant
+from lopa.models.int4 import Int4Linear, unpack_blocks
+from lopa.models.ordered_attention import ordered_attention
+from tests.prompts import FAST, accepted_by_source
+
+HEADS, KV_HEADS, DIM = 9, 3, 64
+
+
+def _tree_mask(prefix: int, parents: list[int], dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, T, prefix + T]: node i sees the prefix and its ancestors (itself included)."""
+    nodes = len(parents)
+    allowed = torch.zeros(nodes, prefix + nodes, dtype=torch.bool)
+    allowed[:, :prefix] = True
+    for node in range(nodes):
+        walk = node
+        while walk >= 0:
+            allowed[node, prefix + walk], walk = True, parents[walk]
+    return torch.where(allowed, 0.0, torch.finfo(dtype).min).to(dtype)[None, None]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ordered_attention_is_attention(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    parents = [-1, 0, 0, 2, 1, 3]
+    q = torch.randn(2, len(parents), HEADS, DIM).to(dtype).transpose(1, 2)  # the model's strides
+    k, v = (torch.randn(2, KV_HEADS, 40 + len(parents), DIM).to(dtype) for _ in range(2))
+    mask = _tree_mask(40, parents, dtype).expand(2, -1, -1, -1)
+    got = ordered_attention(q, k, v, mask, DIM**-0.5)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask.double(), enable_gqa=True)
+    assert got.dtype == dtype
+    torch.testing.assert_close(
+        got.double(), want.transpose(1, 2), atol=2e-6 if dtype == torch.float32 else 1e-2, rtol=0
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tree_query_equals_the_same_query_alone(dtype: torch.dtype) -> None:
+    """Ancestors at other slots, masked siblings between them, more keys, another row beside it: bit-identical
+    to the query alone over exactly its keys in order (what a one-token step after commit computes)."""
+    torch.manual_seed(1)
+    prefix, parents = 37, [-1, 0, 0, 2, 1, 3, 3, 6]
+    q = torch.randn(2, HEADS, len(parents), DIM, dtype=dtype)
+    k, v = (torch.randn(2, KV_HEADS, prefix + len(parents), DIM, dtype=dtype) for _ in range(2))
+    tree = ordered_attention(q, k, v, _tree_mask(prefix, parents, dtype).expand(2, -1, -1, -1), DIM**-0.5)
+    for node in range(len(parents)):
+        path, walk = [], node
+        while walk >= 0:
+            path, walk = [prefix + walk, *path], parents[walk]
+        keys = list(range(prefix)) + path
+        alone = ordered_attention(
+            q[1:, :, node : node + 1],
+            k[1:, :, keys],
+            v[1:, :, keys],
+            torch.zeros(1, 1, 1, len(keys), dtype=dtype),
+            DIM**-0.5,
+        )
+        assert torch.equal(alone[0, 0], tree[1, node]), f"node {node}"
+
+
+def test_four_bit_blocks_unpack_as_gguf_dequantizes() -> None:
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((8, 512)).astype(np.float32)
+    blocks = {kind: quantize(weight, kind) for kind in (Q.Q4_0, Q.Q4_1)}
+    # Q4_K (gguf-py cannot quantize it): random super-blocks of 256 (fp16 d and dmin, 6-bit scales, nibbles)
+    k_blocks = rng.integers(0, 256, size=(8, 2, 144), dtype=np.uint8)
+    k_blocks[..., 0:4] = np.abs(rng.standard_normal((8, 2, 2)) * 0.01).astype(np.float16).view(np.uint8)
+    blocks[Q.Q4_K] = k_blocks.reshape(8, -1)
+    for kind, data in blocks.items():
+        codes, scale, zero = unpack_blocks(data, kind, rows=8)
+        assert codes.min() >= 0 and codes.max() <= 15
+        ours = (codes.reshape(8, -1, 32) - 8) * scale[..., None] + zero[..., None]
+        np.testing.assert_allclose(ours.reshape(8, -1), dequantize(data, kind), rtol=1e-6, atol=1e-7, err_msg=kind.name)
+
+
+def test_int4_layer_computes_each_row_alike() -> None:
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(256, 96, bias=False)
+    layer = Int4Linear.from_weight(dense.weight)
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    alone = layer(x[:1])
+    for rows in (2, 3, 8, 17, 64):
+        assert torch.equal(layer(x[:rows])[:1], alone), f"row 0 changed with {rows} rows"
+    # round to nearest in groups of 32: within half a step (range / 15 / 2) plus bf16 scales
+    step = dense.weight.unflatten(1, (-1, 32)).aminmax(dim=-1)
+    half = ((step.max - step.min) / 30).repeat_interleave(32, dim=1)
+    assert ((layer.weight() - dense.weight).abs() <= half * 1.02 + 1e-3).all()
+
+
+@pytest.fixture(scope="module")
+def int4() -> Engine:
+    return Engine.from_pretrained(dtype="int4", draft=DraftConfig(always_draft=True), profile=False)
+
+
+@pytest.fixture(scope="module")
+def bf16() -> Engine:
+    return Engine.from_pretrained(dtype="bfloat16", draft=DraftConfig(always_draft=True), profile=False)
+
+
+def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
+    """Every decoder linear of the shipped Q4_1 file comes from its blocks; the weights are the fp32 copy's up to
+    the bf16 rounding of the file's fp16 scales; they take under a sixth of the fp32 bytes."""
+    layers = [m for m in int4.model.modules() if isinstance(m, Int4Linear)]
+    assert int4.model.lopa_int4_layers == {"from_file": len(layers), "quantized_by_lopa": 0} and len(layers) == 210
+    assert row_invariant(int4.model)
+    fp32 = engine.model.model.layers[3].self_attn.q_proj.weight  # q rows are permuted from the file's order
+    ours = int4.model.model.layers[3].self_attn.q_proj.weight()
+    assert (ours - fp32).abs().max() <= 0.01 * fp32.abs().max()
+    int4_bytes = sum(b.numel() * b.element_size() for m in layers for b in m.buffers())
+    assert int4_bytes < sum(m.in_features * m.out_features for m in layers) * 4 / 6
+    assert int4.loaded.num_parameters == engine.loaded.num_parameters
+
+
+@pytest.mark.parametrize("precision", ["int4", "bf16"])
+def test_tree_logits_equal_one_token_steps(precision: str, request) -> None:
+    runner = request.getfixturevalue(precision).runner
+    prompt = torch.randint(0, 1000, (30,), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 1000, (6,), generator=torch.Generator().manual_seed(1))
+    parents = [-1, 0, 1, 0, 3, 2]  # two branches: [t0 t1 t2 t5] and [t0 t3 t4]
+    ancestors = _tree_mask(0, parents, torch.float32)[0, 0] == 0
+    depths = ancestors.sum(1) - 1
+    runner.reserve(len(prompt) + 10)
+    runner.prefill(0, prompt, 0)
+    (tree,) = runner.verify([(tokens, depths, ancestors)])
+    for path in ([0, 1, 2, 5], [0, 3, 4]):
+        runner.prefill(0, prompt, 0)
+        for node in path:
+            (step,) = runner.verify(
+                [(tokens[node : node + 1], torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool))]
+            )
+            runner.commit(0, [0])
+            assert torch.equal(step.logits[0], tree.logits[node]), f"{precision}: node {node}"
+
+
+@pytest.mark.parametrize("precision", ["int4", "bf16"])
+def test_lookahead_is_plain_decoding(precision: str, request) -> None:
+    engine = request.getfixturevalue(precision)
+    prompts = [p.text for p in FAST[:3]]
+    accepted = 0
+    for prompt in prompts:
+        plain = engine.generate(prompt, max_new_tokens=40, method="ar")
+        lookahead = engine.generate(prompt, max_new_tokens=40)
+        assert lookahead.token_ids == plain.token_ids, prompt
+        accepted += sum(accepted_by_source(lookahead.stats.steps).values())
+    assert accepted >= 10  # the drafts (the predictor's included) are accepted at these precisions too
+    batch = engine.generate(prompts[:2], max_new_tokens=24)  # rows beside each other change nothing either
+    assert [r.token_ids for r in batch] == [engine.generate(p, max_new_tokens=24).token_ids for p in prompts[:2]]
