@@ -81,7 +81,7 @@ def test_four_bit_blocks_unpack_as_gguf_dequantizes() -> None:
     for kind, data in blocks.items():
         codes, scale, zero = unpack_blocks(data, kind, rows=8)
         assert codes.min() >= 0 and codes.max() <= 15
-        ours = (codes.reshape(8, -1, 32) - 8) * scale[..., None] + zero[..., None]
+        ours = (codes.reshape(8, -1, 32).astype(np.float32) - 8) * scale[..., None] + zero[..., None]
         np.testing.assert_allclose(ours.reshape(8, -1), dequantize(data, kind), rtol=1e-6, atol=1e-7, err_msg=kind.name)
 
 
@@ -157,3 +157,11 @@ def test_lookahead_is_plain_decoding(precision: str, request) -> None:
     assert accepted >= 10  # the drafts (the predictor's included) are accepted at these precisions too
     batch = engine.generate(prompts[:2], max_new_tokens=24)  # rows beside each other change nothing either
     assert [r.token_ids for r in batch] == [engine.generate(p, max_new_tokens=24).token_ids for p in prompts[:2]]
+
+
+def test_generate_on_the_same_model_is_plain_decoding(int4: Engine, stock) -> None:
+    """transformers' generate() over the int4 model (no mask: lopa's attention makes the causal one) is plain
+    decoding's output, so `lopa bench`'s `hf` reference and `ar` agree at this precision too."""
+    ids = stock.prompt_ids(FAST[0].text)
+    out = int4.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
+    assert out[0, len(ids) :].tolist() == int4.generate(FAST[0].text, max_new_tokens=32, method="ar").token_ids

@@ -25,4 +25,9 @@ for prompt in prompts:
     if first is not None:
         top = reference.logprobs[first].top
         gaps.append((first, round(top[0][1] - top[1][1], 4)))
-print(sys.argv[1], lopa.__file__, f"lopa != ar on {len(gaps)}/{len(prompts)} prompts; (first divergence, top-2 gap there):", gaps)
+print(
+    sys.argv[1],
+    lopa.__file__,
+    f"lopa != ar on {len(gaps)}/{len(prompts)} prompts; (first divergence, top-2 gap there):",
+    gaps,
+)

@@ -116,6 +116,13 @@ def _packed_attention(module, query, key, value, mask, packing: Packing, **kwarg
     return torch.cat(outs)[None]
 
 
+def causal_mask(queries: int, keys: int, dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, queries, keys]: the queries are the last `queries` positions, each sees the keys up to its own (what
+    transformers means by no mask: stock generate() passes none for one unpadded sequence)."""
+    allowed = torch.ones(queries, keys, dtype=torch.bool).tril(keys - queries)
+    return torch.zeros(queries, keys, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
 def tree_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -133,9 +140,10 @@ def tree_attention(
         return _packed_attention(module, query, key, value, attention_mask, packing, scaling=scaling, **kwargs), None
     grouped = getattr(module, "num_key_value_groups", 1) > 1
     plain = not any(kwargs.get(k) is not None for k in ("softcap", "position_bias", "s_aux"))
-    if plain and attention_mask is not None and ordered_attention.applies(query):
+    if plain and ordered_attention.applies(query):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        return ordered_attention.ordered_attention(query, key, value, attention_mask, scale), None
+        mask = attention_mask if attention_mask is not None else causal_mask(query.shape[2], key.shape[2], query.dtype)
+        return ordered_attention.ordered_attention(query, key, value, mask, scale), None
     if not (grouped and plain and attention_mask is not None and query.device.type == "cpu"):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

@@ -13,6 +13,8 @@ Scales and offsets are held in bf16, as the kernel takes them: the file's fp16 v
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from pathlib import Path
 
 import gguf
@@ -83,20 +85,20 @@ def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
-    """A 4-bit GGUF tensor's raw bytes -> codes [rows, in] (0..15), scale and zero [rows, in / 32] (float32)."""
+    """A 4-bit GGUF tensor's raw bytes -> codes [rows, in] (uint8, 0..15), scale and zero [rows, in / 32] (float32)."""
     if kind in (Q.Q4_0, Q.Q4_1):
         size = 18 if kind == Q.Q4_0 else 20
         blocks = data.reshape(rows, -1, size)
         d = _f16(blocks[..., 0:2])
         codes = _halves(blocks[..., size - 16 :])
         zero = -8 * d if kind == Q.Q4_0 else _f16(blocks[..., 2:4])
-        return codes.reshape(rows, -1).astype(np.int32), d, zero + 8 * d
+        return codes.reshape(rows, -1), d, zero + 8 * d
     if kind == Q.Q4_K:
         blocks = data.reshape(rows, -1, 144)
         d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
         sub_scale, sub_min = _k_scales(blocks[..., 4:16])
         nibbles = blocks[..., 16:].reshape(rows, -1, 4, 32)  # 4 chunks of 64 codes: low nibbles first, then high
-        codes = np.stack([nibbles & 0x0F, nibbles >> 4], axis=3).reshape(rows, -1).astype(np.int32)
+        codes = np.stack([nibbles & 0x0F, nibbles >> 4], axis=3).reshape(rows, -1)
         scale = (d[..., None] * sub_scale).reshape(rows, -1)
         offset = (dmin[..., None] * sub_min).reshape(rows, -1)
         return codes, scale, 8 * scale - offset
@@ -127,6 +129,15 @@ def gguf_blocks(model: PreTrainedModel, path: Path) -> dict[str, tuple[torch.Ten
     return found
 
 
+def _return_freed_memory() -> None:
+    """Hand the load's freed transients (bf16 weights, unpacked codes) back to the OS: glibc keeps them in its arenas
+    otherwise, and the process would stay ~2x its weights (measured: docs/bench/exact-low-precision/memory.log)."""
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    if trim is not None:
+        trim(0)
+
+
 def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> dict[str, int]:
     """The decoder's linear layers as Int4Linear (in place), from the GGUF's 4-bit blocks where it has them;
     everything else runs in bf16. Returns how many layers came from the file and how many lopa quantized."""
@@ -139,11 +150,12 @@ def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> di
     def make(linear: nn.Linear) -> Int4Linear:
         if linear.in_features % GROUP:
             raise UnsupportedModelError(f"int4 needs input sizes that are multiples of {GROUP}")
-        stored = blocks.get(f"{names[id(linear)]}.weight")
+        stored = blocks.pop(f"{names[id(linear)]}.weight", None)  # each layer's arrays freed once repacked
         counts["from_file" if stored else "quantized_by_lopa"] += 1
         return Int4Linear(*stored, linear.bias) if stored else Int4Linear.from_weight(linear.weight, linear.bias)
 
     replace_linears(model.get_decoder(), make)
+    _return_freed_memory()
     model.lopa_precision = INT4
     model.lopa_int4_layers = counts
     return counts

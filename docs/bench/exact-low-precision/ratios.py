@@ -1,0 +1,18 @@
+"""Per-prompt tokens/s ratios (medians over prompts) and greedy agreement between methods of a `lopa bench` run.
+
+python docs/bench/exact-low-precision/ratios.py docs/bench/exact-low-precision/{int4-q4_1,bf16}/results.json
+"""
+
+import json
+import statistics
+import sys
+
+PAIRS = [("lopa", "llamacpp"), ("lopa", "llamacpp-pld"), ("ar", "llamacpp"), ("lopa", "ar"), ("ar", "hf")]
+for path in sys.argv[1:]:
+    prompts = json.load(open(path))["prompts"]
+    ratios = {
+        f"{a}/{b}": statistics.median(p["runs"][a]["tokens_per_s"] / p["runs"][b]["tokens_per_s"] for p in prompts)
+        for a, b in PAIRS
+    }
+    same = sum(p["runs"]["lopa"].get("token_ids") == p["runs"]["ar"].get("token_ids") for p in prompts)
+    print(path, {k: round(v, 3) for k, v in ratios.items()}, f"lopa tokens == ar tokens on {same}/{len(prompts)}")
