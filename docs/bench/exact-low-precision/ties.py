@@ -1,6 +1,6 @@
 """bf16 or int4 on the CPU: greedy ar against lopa on 13 Spec-Bench dev prompts (one per category) x 64 new tokens;
 at each prompt's first divergence, the gap between the log-probabilities of the reference's (ar's) two likeliest
-tokens (docs/bench/bf16-cpu/ties.py with the precision as an argument).
+tokens. It replaced docs/bench/bf16-cpu/ties.py (the same, bf16 only), whose runs made docs/bench/bf16-cpu/ties.log.
 
     OMP_NUM_THREADS=2 python docs/bench/exact-low-precision/ties.py {bfloat16,int4}
 """

@@ -50,7 +50,9 @@ def row_invariant(model: PreTrainedModel) -> bool:
     that lookahead equals plain decoding bit for bit: on a CPU, with lopa's attention and its order-fixed kernel,
     and every linear layer one that computes each row alike (oneDNN-packed or int4; not stock nn.Linear)."""
     ours = getattr(model.config, "_attn_implementation", None) == TREE_ATTENTION
-    query = torch.empty(1, 1, 1, getattr(model.config.get_text_config(), "head_dim", None) or 0, dtype=model.dtype)
+    config = model.config.get_text_config()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    query = torch.empty(1, 1, 1, head_dim, dtype=model.dtype)
     stock_linear = any(type(m) is nn.Linear for m in model.modules())
     return model.device.type == "cpu" and ours and ordered_attention.applies(query) and not stock_linear
 
