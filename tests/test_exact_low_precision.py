@@ -41,6 +41,7 @@ def test_ordered_attention_is_attention(dtype: torch.dtype) -> None:
     got = ordered_attention(q, k, v, mask, DIM**-0.5)
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask.double(), enable_gqa=True)
     assert got.dtype == dtype
+    assert torch.equal(ordered_attention(q, k, v, mask[:1], DIM**-0.5), got)  # one mask shared by the rows
     torch.testing.assert_close(
         got.double(), want.transpose(1, 2), atol=2e-6 if dtype == torch.float32 else 1e-2, rtol=0
     )

@@ -52,9 +52,8 @@ def row_invariant(model: PreTrainedModel) -> bool:
     ours = getattr(model.config, "_attn_implementation", None) == TREE_ATTENTION
     config = model.config.get_text_config()
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    query = torch.empty(1, 1, 1, head_dim, dtype=model.dtype)
     stock_linear = any(type(m) is nn.Linear for m in model.modules())
-    return model.device.type == "cpu" and ours and ordered_attention.applies(query) and not stock_linear
+    return ours and ordered_attention.supports(model.dtype, model.device, head_dim) and not stock_linear
 
 
 def stock_twin(model: PreTrainedModel) -> PreTrainedModel:

@@ -79,13 +79,19 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     tmp.rename(out_dir)
 
 
+def source_gguf(spec: str | None) -> Path | None:
+    """The GGUF file a model spec names (a catalog name or a .gguf path), or None for an HF directory."""
+    spec = spec or DEFAULT_MODEL
+    if spec in CATALOG:
+        return fetch_gguf(spec)
+    path = Path(spec).expanduser()
+    return path if path.suffix == ".gguf" else None
+
+
 def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
     """Map a model spec to (display name, local HF directory), converting GGUFs on first use."""
     spec = spec or DEFAULT_MODEL
-    if spec in CATALOG:
-        gguf = fetch_gguf(spec)
-        name = spec
-    else:
+    if spec not in CATALOG:
         path = Path(spec).expanduser()
         if not path.exists():
             known = "; ".join(f"{e.name} ({e.memory})" for e in CATALOG.values())
@@ -96,21 +102,12 @@ def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
             return path.name, path
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is neither a model directory nor a .gguf file")
-        gguf, name = path, path.stem
+    gguf = source_gguf(spec)
     out_dir = _gguf_cache_dir(gguf)
     if not out_dir.exists():
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         _convert_gguf(gguf, out_dir)
-    return name, out_dir
-
-
-def source_gguf(spec: str | None) -> Path | None:
-    """The GGUF file a model spec names (a catalog name or a .gguf path), or None for an HF directory."""
-    spec = spec or DEFAULT_MODEL
-    if spec in CATALOG:
-        return fetch_gguf(spec)
-    path = Path(spec).expanduser()
-    return path if path.suffix == ".gguf" else None
+    return spec if spec in CATALOG else gguf.stem, out_dir
 
 
 def load_model(

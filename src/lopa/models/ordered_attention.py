@@ -5,9 +5,9 @@ slots: a token verified inside a tree (ancestors at other slots, masked siblings
 key range) rounds differently from the same token decoded alone. In fp32 that is float noise; in bf16 it
 flips greedy choices, so lookahead in bf16 would not be plain bf16 decoding. kernels/ordered_attention.c
 computes each query over exactly its visible keys in slot order (kernel header says how); with linear
-layers that compute each row alike (oneDNN's packed bf16, the int4/int8 weight-only kernels), the whole
+layers that compute each row alike (oneDNN's packed bf16, torch's int4 weight-only kernel), the whole
 forward is then row-invariant. The C file is compiled once per CPU and compiler with the system's C
-compiler into lopa's cache and loaded with ctypes; without a compiler `available()` is False and the
+compiler into lopa's cache and loaded with ctypes; without a compiler `supports()` is False and the
 caller keeps SDPA.
 """
 
@@ -67,11 +67,16 @@ def _library() -> ctypes.CDLL | None:
     return library
 
 
+def supports(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
+    """Whether bf16 CPU attention of this head size goes through the kernel (fp32 keeps SDPA: its rounding
+    differences are float noise there, and SDPA is faster); the head size must be a multiple of its 16 lanes."""
+    cpu_bf16 = dtype == torch.bfloat16 and device.type == "cpu"
+    return cpu_bf16 and head_dim % 16 == 0 and _library() is not None
+
+
 def applies(query: torch.Tensor) -> bool:
-    """Whether a bf16 CPU query goes through the kernel (fp32 keeps SDPA: its rounding differences are float
-    noise there, and SDPA is faster); the head dimension must be a multiple of the kernel's 16 lanes."""
-    cpu_bf16 = query.dtype == torch.bfloat16 and query.device.type == "cpu"
-    return cpu_bf16 and query.shape[-1] % 16 == 0 and _library() is not None
+    """supports() for this query [B, H, T, D]."""
+    return supports(query.dtype, query.device, query.shape[-1])
 
 
 def _strides(tensor: torch.Tensor):
@@ -84,7 +89,7 @@ def ordered_attention(
     """query [B, H, T, D], key/value [B, KVH, S, D], additive mask [B, 1, T, >=S] -> [B, T, H, D] (query's dtype)."""
     (batch, heads, queries, dim), kv_heads, keys = query.shape, key.shape[1], key.shape[2]
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-    flat_mask = mask[:, 0, :, :keys].float()
+    flat_mask = mask.expand(batch, -1, -1, -1)[:, 0, :, :keys].float()  # a mask shared by the rows: stride 0
     out = torch.empty(batch, queries, heads, dim, dtype=query.dtype)
     work = batch * queries * keys * heads * dim
     threads = torch.get_num_threads() if work > 1 << 20 else 1
