@@ -70,6 +70,7 @@ def _info(args: argparse.Namespace) -> int:
     import torch
 
     from .models.catalog import cache_root
+    from .models.int4 import kernel_name
 
     engine = load_engine(args)
     loaded = engine.loaded
@@ -79,9 +80,13 @@ def _info(args: argparse.Namespace) -> int:
     print(f"architecture: {', '.join(cfg.architectures or [type(engine.model).__name__])} ({cfg.model_type})")
     print(f"dtype:        {engine.model.dtype}")
     if getattr(engine.model, "lopa_precision", None):
-        layers = getattr(engine.model, "lopa_int4_layers", None)
-        detail = f" ({layers['from_file']} linear layers from the file's blocks, {layers['quantized_by_lopa']} by lopa)"
-        print(f"precision:    {engine.model.lopa_precision}{detail if layers else ''}")
+        layers, detail = getattr(engine.model, "lopa_int4_layers", None), ""
+        if layers:
+            detail = (
+                f" ({layers['from_file']} linear layers from the file's blocks, {layers['quantized_by_lopa']} by lopa;"
+                f" kernel: {kernel_name(engine.model)})"
+            )
+        print(f"precision:    {engine.model.lopa_precision}{detail}")
     print(f"device:       {engine.model.device}")
     print(f"parameters:   {loaded.num_parameters:,}")
     print(f"context:      {engine.runner.max_positions}")

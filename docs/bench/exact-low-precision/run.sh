@@ -16,3 +16,8 @@ run() {  # name, lopa dtype, llama.cpp precision
 run int4-q4_1 int4 shipped
 run bf16 bfloat16 bf16
 for dtype in bfloat16 int4; do python $out/ties.py $dtype 2>&1 | grep -v "^USDT" | tee -a $out/ties.log; done
+# After the AMX int4 kernel (kernels/int4_matmul.c) and OpenMP threads in the attention kernel (2026-12-06, later):
+#   lopa profile --dtype int4 --out $out/profile-int4-tiles | tee $out/profile-int4-tiles.log
+#   run int4-tiles int4 shipped
+#   python $out/ratios.py $out/int4-tiles/results.json | tee $out/ratios-tiles.log
+#   python $out/memory.py | tee $out/memory-tiles.log

@@ -1,30 +1,32 @@
 """int4 weight-only linear layers for the CPU, taken from a GGUF's own 4-bit blocks where it has them.
 
 A Q4_0, Q4_1 or Q4_K tensor is 4-bit codes in groups of 32 inputs with one scale and one offset per group
-(Q4_K: a sub-block scale times the super-block's). That is exactly the layout of torch's int4 weight-only
-CPU kernel (`_weight_int4pack_mm_for_cpu`: w = (q - 8) * scale + zero, groups of 32, bf16 activations),
-so those weights are repacked, never expanded to floats: the model keeps about the file's size in memory
-instead of an fp32 copy 7x larger. Linear layers the file stores otherwise (Q5/Q6/Q8, F16, or an HF
-directory) are quantized by lopa to the same layout (per group of 32, min-max, round to nearest). The
-kernel computes each row of a product alike whatever the row count, so with bf16 everything else and the
-order-fixed attention (models/ordered_attention.py) a verified tree gives the logits one-token steps give.
-Scales and offsets are held in bf16, as the kernel takes them: the file's fp16 values lose 3 mantissa bits.
+(Q4_K: a sub-block scale times the super-block's), w = code * scale + low. Both int4 kernels take that
+layout (Int4Linear says which runs where), so those weights are repacked, never expanded to floats: the
+model keeps about the file's size in memory instead of an fp32 copy 7x larger. Linear layers the file
+stores otherwise (Q5/Q6/Q8, F16, or an HF directory) are quantized by lopa to the same layout (per group of
+32, min-max, round to nearest). Both kernels compute each row of a product alike whatever the row count,
+so with bf16 everything else and the order-fixed attention (models/ordered_attention.py) a verified tree
+gives the logits one-token steps give.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from functools import cache
 from pathlib import Path
 
 import gguf
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
 from ..errors import UnsupportedModelError
+from . import native
 from .fastlinear import replace_linears
 
 INT4 = "int4"
@@ -33,38 +35,107 @@ Q = gguf.GGMLQuantizationType
 FOUR_BIT = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
 
 
-class Int4Linear(nn.Module):
-    """y = x @ W.T with W = (q - 8) * scale + zero per group of 32 inputs, q in 0..15; bf16 in and out."""
+PANEL = 16  # outputs per panel of the tile kernel
 
-    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bias: torch.Tensor | None):
-        """codes [out, in] int in 0..15; scale, zero [out, in / 32]."""
+
+@cache
+def _tile_kernel() -> ctypes.CDLL | None:
+    """kernels/int4_matmul.c (AMX tiles) when this CPU and process can run it, else None (torch's kernel)."""
+    library = native.library("int4_matmul")
+    if library is None or not library.int4_matmul_available():
+        return None
+    library.int4_matmul.restype = None
+    library.int4_matmul.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    return library
+
+
+class Int4Linear(nn.Module):
+    """y = x @ W.T with W = q * scale + low per group of 32 inputs, q in 0..15; bf16 in and out.
+
+    Two kernels, both computing each row alike whatever the row count: lopa's AMX tile kernel
+    (kernels/int4_matmul.c: 1 to 16 rows cost about one, the codes multiply exactly and the scales are
+    the file's, in fp32) where the CPU has AMX-BF16, else torch's `_weight_int4pack_mm_for_cpu` (scale and
+    offset rounded to bf16, cost growing with the rows)."""
+
+    def __init__(
+        self,
+        codes: torch.Tensor,
+        scale: torch.Tensor,
+        low: torch.Tensor,
+        bias: torch.Tensor | None,
+        *,
+        tiles: bool | None = None,
+    ):
+        """codes [out, in] int in 0..15; scale, low [out, in / 32]. `tiles`: use the AMX kernel (default: where
+        it runs and the layer fills its panels of 16 outputs and pairs of input groups)."""
         super().__init__()
         self.out_features, self.in_features = codes.shape
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
-        self.register_buffer("packed", packed, persistent=False)
-        self.register_buffer("scales_zeros", torch.stack([scale, zero], -1).transpose(0, 1).contiguous().bfloat16())
+        fits = self.out_features % PANEL == 0 and self.in_features % (2 * GROUP) == 0  # panels, pairs of groups
+        self.tiles = _tile_kernel() is not None and fits if tiles is None else tiles
+        if self.tiles and not (fits and _tile_kernel()):
+            raise ValueError(f"the AMX int4 kernel cannot run a {self.in_features}x{self.out_features} layer here")
+        if self.tiles:
+            panels, groups = self.out_features // PANEL, self.in_features // GROUP
+            # per panel and group: 8 chunks of 32 bytes, chunk c holding tile rows 2c (low nibbles) and 2c + 1
+            # (high); tile row p holds inputs 2p and 2p + 1 of each of the 16 outputs, side by side
+            c = codes.to(torch.uint8).reshape(panels, PANEL, groups, 8, 2, 2).permute(0, 2, 3, 4, 1, 5)
+            c = c.reshape(panels, groups, 8, 2, 2 * PANEL)
+            self.register_buffer("codes", (c[..., 0, :] | (c[..., 1, :] << 4)).contiguous(), persistent=False)
+            per_panel = lambda a: a.float().reshape(panels, PANEL, groups).transpose(1, 2).contiguous()  # noqa: E731
+            self.register_buffer("scale", per_panel(scale), persistent=False)
+            self.register_buffer("low", per_panel(low), persistent=False)
+            self._kernel = _tile_kernel().int4_matmul
+        else:
+            packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+            self.register_buffer("packed", packed, persistent=False)
+            zeros = low + 8 * scale  # torch's kernel takes w = (q - 8) * scale + zero
+            self.register_buffer(
+                "scales_zeros", torch.stack([scale, zeros], -1).transpose(0, 1).contiguous().bfloat16()
+            )
         self.bias = bias
 
     @classmethod
-    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Int4Linear:
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, **options) -> Int4Linear:
         """Quantized by lopa: per group of 32, min-max asymmetric, round to nearest."""
         groups = weight.detach().float().unflatten(1, (-1, GROUP))
         low, high = groups.amin(-1), groups.amax(-1)
         scale = ((high - low) / 15).clamp(min=1e-8)
         codes = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).flatten(1)
-        return cls(codes, scale, low + 8 * scale, bias)
+        return cls(codes, scale, low, bias, **options)
 
     def weight(self) -> torch.Tensor:
-        """The dequantized weight [out, in] in fp32 (for checks, not for the forward)."""
+        """The weight [out, in] as the kernel computes with it, in fp32 (for checks, not for the forward)."""
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.packed, GROUP, self.scales_zeros).t().float()
+        return self._product(eye, (self.in_features, self.out_features)).t().float()
+
+    def _product(self, flat: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
+        """flat [m, in] bf16 -> out_shape (m * out elements) bf16. Lean: a forward makes ~200 of these calls."""
+        if not self.tiles:
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+        rows = flat.shape[0]
+        if rows > 16 and rows % 16:  # the kernel reads whole tiles of min(rows, 16) rows
+            flat = F.pad(flat, (0, 0, 0, -rows % 16))
+        elif not flat.is_contiguous():
+            flat = flat.contiguous()
+        out = torch.empty(out_shape, dtype=torch.bfloat16)
+        weights = self.codes.data_ptr(), self.scale.data_ptr(), self.low.data_ptr()
+        self._kernel(
+            flat.data_ptr(),
+            *weights,
+            out.data_ptr(),
+            rows,
+            self.out_features,
+            self.in_features,
+            torch.get_num_threads(),
+        )
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+        shape = (*x.shape[:-1], self.out_features)
+        out = self._product(x.reshape(-1, self.in_features).to(torch.bfloat16), shape)
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return out.reshape(shape).to(x.dtype)
 
 
 def _halves(packed: np.ndarray) -> np.ndarray:
@@ -85,14 +156,15 @@ def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
-    """A 4-bit GGUF tensor's raw bytes -> codes [rows, in] (uint8, 0..15), scale and zero [rows, in / 32] (float32)."""
+    """A 4-bit GGUF tensor's raw bytes -> codes [rows, in] (uint8, 0..15), scale and low [rows, in / 32] (float32):
+    w = codes * scale + low."""
     if kind in (Q.Q4_0, Q.Q4_1):
         size = 18 if kind == Q.Q4_0 else 20
         blocks = data.reshape(rows, -1, size)
         d = _f16(blocks[..., 0:2])
         codes = _halves(blocks[..., size - 16 :])
-        zero = -8 * d if kind == Q.Q4_0 else _f16(blocks[..., 2:4])
-        return codes.reshape(rows, -1), d, zero + 8 * d
+        low = -8 * d if kind == Q.Q4_0 else _f16(blocks[..., 2:4])
+        return codes.reshape(rows, -1), d, low
     if kind == Q.Q4_K:
         blocks = data.reshape(rows, -1, 144)
         d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
@@ -100,8 +172,8 @@ def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
         nibbles = blocks[..., 16:].reshape(rows, -1, 4, 32)  # 4 chunks of 64 codes: low nibbles first, then high
         codes = np.stack([nibbles & 0x0F, nibbles >> 4], axis=3).reshape(rows, -1)
         scale = (d[..., None] * sub_scale).reshape(rows, -1)
-        offset = (dmin[..., None] * sub_min).reshape(rows, -1)
-        return codes, scale, 8 * scale - offset
+        low = -(dmin[..., None] * sub_min).reshape(rows, -1)
+        return codes, scale, low
     raise ValueError(f"{kind.name} is not a 4-bit block type")
 
 
@@ -112,7 +184,7 @@ def _row_order(processor: TensorProcessor, gguf_name: str, rows: int) -> np.ndar
 
 
 def gguf_blocks(model: PreTrainedModel, path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """HF parameter name -> (codes, scale, zero) for every 4-bit weight of the GGUF at `path`, rows in HF order."""
+    """HF parameter name -> (codes, scale, low) for every 4-bit weight of the GGUF at `path`, rows in HF order."""
     reader = gguf.GGUFReader(path)
     processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)(config=model.config.to_dict())
     names = get_gguf_hf_weights_map(model, processor)
@@ -159,3 +231,9 @@ def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> di
     model.lopa_precision = INT4
     model.lopa_int4_layers = counts
     return counts
+
+
+def kernel_name(model: nn.Module) -> str:
+    """Which int4 kernel the model's layers run on: 'amx-tiles', 'torch' or 'amx-tiles+torch'."""
+    tiles = {layer.tiles for layer in model.modules() if isinstance(layer, Int4Linear)}
+    return "+".join(name for name, used in (("amx-tiles", True in tiles), ("torch", False in tiles)) if used)

@@ -6,64 +6,31 @@ key range) rounds differently from the same token decoded alone. In fp32 that is
 flips greedy choices, so lookahead in bf16 would not be plain bf16 decoding. kernels/ordered_attention.c
 computes each query over exactly its visible keys in slot order (kernel header says how); with linear
 layers that compute each row alike (oneDNN's packed bf16, torch's int4 weight-only kernel), the whole
-forward is then row-invariant. The C file is compiled once per CPU and compiler with the system's C
-compiler into lopa's cache and loaded with ctypes; without a compiler `supports()` is False and the
-caller keeps SDPA.
+forward is then row-invariant. The C file is built and loaded by models/native.py; without a compiler
+`supports()` is False and the caller keeps SDPA.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
 from functools import cache
-from pathlib import Path
 
 import torch
 
-from .catalog import cache_root
+from . import native
 
-log = logging.getLogger("lopa")
-SOURCE = Path(__file__).with_name("kernels") / "ordered_attention.c"
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _I64 = ctypes.POINTER(ctypes.c_int64)
 
 
-def _build_id(compiler: str) -> str:
-    """What the compiled code depends on: the source, the compiler and the CPU's instruction sets."""
-    flags = ""
-    if Path("/proc/cpuinfo").exists():
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    identity = f"{SOURCE.read_bytes()!r}{compiler}{platform.machine()}{flags}"
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
-
-
 @cache
 def _library() -> ctypes.CDLL | None:
-    """The compiled kernel, built on first use; None (with one notice) when it cannot be built."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        log.warning("lopa: no C compiler found: bf16 trees use SDPA (not bit-identical to one-token steps)")
-        return None
-    target = cache_root() / "kernels" / f"ordered_attention-{_build_id(compiler)}.so"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
-        flags = ["-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC"]
-        command = [compiler, *flags, "-o", str(partial), str(SOURCE), "-lm", "-lpthread"]
-        built = subprocess.run(command, capture_output=True, text=True)
-        if built.returncode != 0:
-            log.warning("lopa: building %s failed, SDPA kept: %s", SOURCE.name, built.stderr.strip()[-300:])
-            return None
-        partial.replace(target)
-    library = ctypes.CDLL(str(target))
-    library.ordered_attention.restype = None
-    pointers, strides, sizes = [ctypes.c_void_p] * 5, [_I64] * 5, [ctypes.c_int64] * 6
-    library.ordered_attention.argtypes = [*pointers, *strides, *sizes, ctypes.c_float, ctypes.c_int, ctypes.c_int]
+    """The compiled kernel with its signature declared; None when it cannot be built (SDPA is kept)."""
+    library = native.library("ordered_attention")
+    if library is not None:
+        library.ordered_attention.restype = None
+        pointers, strides, sizes = [ctypes.c_void_p] * 5, [_I64] * 5, [ctypes.c_int64] * 6
+        library.ordered_attention.argtypes = [*pointers, *strides, *sizes, ctypes.c_float, ctypes.c_int, ctypes.c_int]
     return library
 
 
@@ -92,7 +59,7 @@ def ordered_attention(
     flat_mask = mask.expand(batch, -1, -1, -1)[:, 0, :, :keys].float()  # a mask shared by the rows: stride 0
     out = torch.empty(batch, queries, heads, dim, dtype=query.dtype)
     work = batch * queries * keys * heads * dim
-    threads = torch.get_num_threads() if work > 1 << 20 else 1
+    threads = torch.get_num_threads() if work > 1 << 15 else 1  # an OpenMP fork costs a few microseconds
     _library().ordered_attention(
         query.data_ptr(), key.data_ptr(), value.data_ptr(), flat_mask.data_ptr(), out.data_ptr(),
         _strides(query), _strides(key), _strides(value), _strides(flat_mask), _strides(out),

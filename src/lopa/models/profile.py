@@ -21,6 +21,7 @@ from torch import nn
 
 from .catalog import cache_root
 from .fastkernels import has_fast_kernels
+from .int4 import INT4, kernel_name
 from .runner import Runner
 
 TREE_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -62,9 +63,11 @@ def chain(runner: Runner, tokens: int) -> tuple[torch.Tensor, torch.Tensor, torc
 
 
 def precision(runner: Runner) -> str:
-    """'int8' for a quantized model, else its dtype name (+ '-fast' with lopa's kernels, + '-compiled'):
-    profiles of these must not mix."""
+    """'int8' or 'int4-<its kernel>' for a quantized model, else its dtype name (+ '-fast' with lopa's kernels,
+    + '-compiled'): profiles of these must not mix."""
     name = getattr(runner.model, "lopa_precision", None) or str(runner.dtype).removeprefix("torch.")
+    if name == INT4:
+        name += "-" + kernel_name(runner.model)
     fast = "-fast" if has_fast_kernels(runner.model) else ""
     return name + fast + ("-compiled" if runner.compiled is not None else "")
 

@@ -11,7 +11,7 @@
  * LANES; arithmetic is fp32.
  */
 #include <math.h>
-#include <pthread.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +87,7 @@ static inline float exp_nonpositive(float x) {
     return x < -87.0f ? 0.0f : p * scale;
 }
 
-static void *run(void *arg) {
-    const Job *j = arg;
+static void run(const Job *j) {
     const int64_t group = j->heads / j->kv_heads, d = j->dim, n = j->keys, blocks = (j->queries + BLOCK - 1) / BLOCK;
     const int64_t rows = BLOCK * group;
     float *qf = malloc(sizeof(float) * (rows * d + d + rows * d + rows * n + rows));
@@ -148,7 +147,6 @@ static void *run(void *arg) {
             }
     }
     free(qf);
-    return NULL;
 }
 
 void ordered_attention(const void *q, const void *k, const void *v, const float *mask, void *out,
@@ -156,14 +154,11 @@ void ordered_attention(const void *q, const void *k, const void *v, const float 
                        int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
                        float scale, int bf16, int threads) {
     const int64_t items = batch * kv_heads * ((queries + BLOCK - 1) / BLOCK);
-    if (threads > items) threads = (int)items;
-    if (threads > 64) threads = 64;
-    if (threads < 1) threads = 1;
-    Job jobs[64]; pthread_t ids[64];
-    for (int i = 0; i < threads; i++)
-        jobs[i] = (Job){q, k, v, mask, out, qs, ks, vs, ms, os, heads, kv_heads, queries, keys, dim, scale, bf16,
-                        items * i / threads, items * (i + 1) / threads};
-    for (int i = 1; i < threads; i++) pthread_create(&ids[i], NULL, run, &jobs[i]);
-    run(&jobs[0]);
-    for (int i = 1; i < threads; i++) pthread_join(ids[i], NULL);
+#pragma omp parallel num_threads(threads < items ? threads : (int)items)
+    {
+        const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
+        Job job = {q, k, v, mask, out, qs, ks, vs, ms, os, heads, kv_heads, queries, keys, dim, scale, bf16,
+                   items * part / parts, items * (part + 1) / parts};
+        run(&job);
+    }
 }

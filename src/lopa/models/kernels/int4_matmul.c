@@ -1,0 +1,136 @@
+/* int4 weight-only matrix products on AMX tiles, in which every output row depends only on its own input row.
+ *
+ * w[n, k] = code * scale + low over the group of 32 inputs k belongs to. Weights are stored in panels of 16
+ * outputs: for each group, 16 bytes per pair of inputs (k, k + 1), laid out so that one byte's low nibbles
+ * give outputs 0-7 and its high nibbles outputs 8-15, each output's two inputs side by side: expanding a
+ * 16-byte chunk (code * scale + low in fp32, then bf16) gives one row of the tile layout TDPBF16PS takes for
+ * its second operand, with no transpose. Scale and low are fp32, one per output and group (exact for Q4_0,
+ * Q4_1 and Q4_K). A call expands each panel once (per thread) and multiplies every 16 input rows by it, so
+ * 1 to 16 rows cost about the same. Each output element is computed by one tile operation sequence whatever
+ * the row count, the row's position in the call or the thread count (a tile's rows are independent):
+ * a token verified inside a tree gets the products a one-token step gives, bit for bit. bf16 in and out;
+ * weights are rounded to bf16 after expansion, products are accumulated in fp32.
+ * Built on CPUs without AMX-BF16 too, where int4_matmul_available() is 0 and lopa uses torch's int4 kernel.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP 32
+#define PANEL 16 /* outputs per panel: a tile's 16 fp32 columns */
+#define ROWS 16  /* input rows per tile */
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Whether this process may use AMX tiles (Linux grants them on request). */
+int int4_matmul_available(void) { return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0; }
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+} __attribute__((packed)) TileConfig;
+
+/* Two groups in flight, each with its tiles: products (rows x 16 fp32) in 0 and 3, inputs (rows x 32 bf16) in 1
+ * and 4, codes (16 input pairs x 16 outputs, bf16) in 2 and 5. */
+static void configure_tiles(int rows) {
+    TileConfig config = {0};
+    config.palette = 1;
+    for (int t = 0; t < 6; t++) {
+        config.bytes_per_row[t] = 64;
+        config.rows[t] = t % 3 == 2 ? 16 : (uint8_t)rows;
+    }
+    _tile_loadconfig(&config);
+}
+
+/* Panel `panel`'s codes as bf16 tile rows (exact: 0..15), every group: out [groups][16 pairs][32]. */
+static void expand_panel(const uint8_t *codes, int64_t groups, int64_t panel, uint16_t *out) {
+    const __m512i bf16_of_code = _mm512_set_epi16(
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4170, 0x4160, 0x4150, 0x4140, 0x4130, 0x4120, 0x4110,
+        0x4100, 0x40e0, 0x40c0, 0x40a0, 0x4080, 0x4040, 0x4000, 0x3f80, 0x0000);
+    const uint8_t *chunk = codes + panel * groups * 256;
+    for (int64_t c = 0; c < groups * 8; c++, chunk += 32, out += 64) {
+        const __m512i both = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)chunk));
+        _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_and_si512(both, _mm512_set1_epi16(15)), bf16_of_code));
+        _mm512_storeu_si512(out + 32, _mm512_permutexvar_epi16(_mm512_srli_epi16(both, 4), bf16_of_code));
+    }
+}
+
+/* Each group's sum of inputs, per row: sums [rows][groups] (the offsets' share of a product). */
+static void group_sums(const uint16_t *x, int64_t rows, int64_t groups, float *sums) {
+    for (int64_t i = 0; i < rows * groups; i++) {
+        const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+            _mm256_loadu_si256((const __m256i *)(x + i * GROUP))), 16));
+        const __m512 b = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(
+            _mm256_loadu_si256((const __m256i *)(x + i * GROUP + 16))), 16));
+        sums[i] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+    }
+}
+
+/* y [m, n_out] = x [m, k_in] @ w.T. x is bf16 with its rows padded to a multiple of min(m, 16) (the padding rows'
+ * outputs are not written); k_in a multiple of 64; codes [n_out / 16][k_in / 32][8][32 bytes]; scale, low [n_out / 16][k_in / 32][16]. */
+void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
+                 int64_t m, int64_t n_out, int64_t k_in, int threads) {
+    const int64_t groups = k_in / GROUP, panels = n_out / PANEL, rows = m < ROWS ? m : ROWS;
+    const int64_t tiles = (m + rows - 1) / rows;
+    float *sums = malloc(sizeof(float) * tiles * rows * groups);
+    group_sums(x, tiles * rows, groups, sums);
+#pragma omp parallel num_threads(threads)
+    {
+        uint16_t *expanded = aligned_alloc(64, groups * GROUP * PANEL * sizeof(uint16_t));
+        float *products = aligned_alloc(64, 2 * ROWS * PANEL * sizeof(float)); /* two groups' [16][16] */
+        __m512 acc[ROWS];
+        configure_tiles((int)rows);
+#pragma omp for schedule(static)
+        for (int64_t panel = 0; panel < panels; panel++) {
+            expand_panel(codes, groups, panel, expanded);
+            for (int64_t tile = 0; tile < tiles; tile++) {
+                for (int64_t r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+                for (int64_t g = 0; g < groups; g += 2) { /* groups is even (checked by the caller) */
+                    const uint16_t *inputs = x + tile * rows * k_in + g * GROUP;
+                    _tile_zero(0);
+                    _tile_zero(3);
+                    _tile_loadd(1, inputs, k_in * sizeof(uint16_t));
+                    _tile_loadd(2, expanded + g * GROUP * PANEL, 64);
+                    _tile_loadd(4, inputs + GROUP, k_in * sizeof(uint16_t));
+                    _tile_loadd(5, expanded + (g + 1) * GROUP * PANEL, 64);
+                    _tile_dpbf16ps(0, 1, 2);
+                    _tile_dpbf16ps(3, 4, 5);
+                    _tile_stored(0, products, PANEL * sizeof(float));
+                    _tile_stored(3, products + ROWS * PANEL, PANEL * sizeof(float));
+                    for (int64_t h = 0; h < 2; h++) {
+                        const __m512 s = _mm512_loadu_ps(scale + (panel * groups + g + h) * PANEL);
+                        const __m512 l = _mm512_loadu_ps(low + (panel * groups + g + h) * PANEL);
+                        for (int64_t r = 0; r < rows; r++) {
+                            const __m512 p = _mm512_load_ps(products + (h * ROWS + r) * PANEL);
+                            acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
+                            acc[r] = _mm512_fmadd_ps(l, _mm512_set1_ps(sums[(tile * rows + r) * groups + g + h]), acc[r]);
+                        }
+                    }
+                }
+                const int64_t valid = m - tile * rows < rows ? m - tile * rows : rows;
+                for (int64_t r = 0; r < valid; r++)
+                    _mm256_storeu_si256((__m256i *)(y + (tile * rows + r) * n_out + panel * PANEL),
+                                        (__m256i)_mm512_cvtneps_pbh(acc[r]));
+            }
+        }
+        _tile_release();
+        free(products);
+        free(expanded);
+    }
+    free(sums);
+}
+#else
+int int4_matmul_available(void) { return 0; }
+void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
+                 int64_t m, int64_t n_out, int64_t k_in, int threads) {
+    (void)x; (void)codes; (void)scale; (void)low; (void)y; (void)m; (void)n_out; (void)k_in; (void)threads;
+    abort(); /* never called: int4_matmul_available() is 0 */
+}
+#endif
