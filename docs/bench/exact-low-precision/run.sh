@@ -21,3 +21,6 @@ for dtype in bfloat16 int4; do python $out/ties.py $dtype 2>&1 | grep -v "^USDT"
 #   run int4-tiles int4 shipped
 #   python $out/ratios.py $out/int4-tiles/results.json | tee $out/ratios-tiles.log
 #   python $out/memory.py | tee $out/memory-tiles.log
+# After the attention kernel's blocks of 4 queries and register lane sums:
+#   run int4-tiles-block4 int4 shipped
+#   python $out/ratios.py $out/int4-tiles-block4/results.json | tee $out/ratios-tiles-block4.log
