@@ -36,6 +36,7 @@ FOUR_BIT = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
 
 
 PANEL = 16  # outputs per panel of the tile kernel
+TILE_ROWS = 16  # input rows per tile product
 
 
 @cache
@@ -105,37 +106,28 @@ class Int4Linear(nn.Module):
 
     def weight(self) -> torch.Tensor:
         """The weight [out, in] as the kernel computes with it, in fp32 (for checks, not for the forward)."""
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return self._product(eye, (self.in_features, self.out_features)).t().float()
+        return self._product(torch.eye(self.in_features, dtype=torch.bfloat16)).t().float()
 
-    def _product(self, flat: torch.Tensor, out_shape: tuple[int, ...]) -> torch.Tensor:
-        """flat [m, in] bf16 -> out_shape (m * out elements) bf16. Lean: a forward makes ~200 of these calls."""
+    def _product(self, flat: torch.Tensor) -> torch.Tensor:
+        """flat [m, in] bf16 -> [m, out] bf16. Lean: a forward makes ~200 of these calls."""
         if not self.tiles:
             return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
         rows = flat.shape[0]
-        if rows > 16 and rows % 16:  # the kernel reads whole tiles of min(rows, 16) rows
-            flat = F.pad(flat, (0, 0, 0, -rows % 16))
+        if rows > TILE_ROWS and rows % TILE_ROWS:  # the kernel reads whole tiles of min(rows, TILE_ROWS) rows
+            flat = F.pad(flat, (0, 0, 0, -rows % TILE_ROWS))
         elif not flat.is_contiguous():
             flat = flat.contiguous()
-        out = torch.empty(out_shape, dtype=torch.bfloat16)
+        out = torch.empty(rows, self.out_features, dtype=torch.bfloat16)
         weights = self.codes.data_ptr(), self.scale.data_ptr(), self.low.data_ptr()
-        self._kernel(
-            flat.data_ptr(),
-            *weights,
-            out.data_ptr(),
-            rows,
-            self.out_features,
-            self.in_features,
-            torch.get_num_threads(),
-        )
+        sizes = rows, self.out_features, self.in_features
+        self._kernel(flat.data_ptr(), *weights, out.data_ptr(), *sizes, torch.get_num_threads())
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = (*x.shape[:-1], self.out_features)
-        out = self._product(x.reshape(-1, self.in_features).to(torch.bfloat16), shape)
+        out = self._product(x.reshape(-1, self.in_features).to(torch.bfloat16))
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(shape).to(x.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
 def _halves(packed: np.ndarray) -> np.ndarray:

@@ -1,16 +1,15 @@
 /* int4 weight-only matrix products on AMX tiles, in which every output row depends only on its own input row.
  *
- * w[n, k] = code * scale + low over the group of 32 inputs k belongs to. Weights are stored in panels of 16
- * outputs: for each group, 16 bytes per pair of inputs (k, k + 1), laid out so that one byte's low nibbles
- * give outputs 0-7 and its high nibbles outputs 8-15, each output's two inputs side by side: expanding a
- * 16-byte chunk (code * scale + low in fp32, then bf16) gives one row of the tile layout TDPBF16PS takes for
- * its second operand, with no transpose. Scale and low are fp32, one per output and group (exact for Q4_0,
- * Q4_1 and Q4_K). A call expands each panel once (per thread) and multiplies every 16 input rows by it, so
- * 1 to 16 rows cost about the same. Each output element is computed by one tile operation sequence whatever
- * the row count, the row's position in the call or the thread count (a tile's rows are independent):
- * a token verified inside a tree gets the products a one-token step gives, bit for bit. bf16 in and out;
- * weights are rounded to bf16 after expansion, products are accumulated in fp32.
- * Built on CPUs without AMX-BF16 too, where int4_matmul_available() is 0 and lopa uses torch's int4 kernel.
+ * w[n, k] = code * scale + low over the group of 32 inputs k belongs to. Codes are stored in panels of 16 outputs,
+ * per group 8 chunks of 32 bytes: chunk c's low nibbles are tile row 2c and its high nibbles row 2c + 1, where tile
+ * row p holds inputs 2p and 2p + 1 of each of the 16 outputs side by side, the layout TDPBF16PS takes for its second
+ * operand. A panel is expanded once per call (a table lookup: codes 0..15 are exact in bf16) and serves every
+ * input row; each group is one tile product of up to 16 rows (two groups in flight), and each row then accumulates
+ * scale * product + low * (the group's sum of inputs) in fp32, group after group, with the scale and low in fp32
+ * (exact for Q4_0, Q4_1 and Q4_K). So 1 to 16 rows cost about the same, and each output element is computed by the
+ * same operations whatever the row count, the row's position in the call or the thread count (a tile's rows are
+ * independent): a token verified inside a tree gets the products a one-token step gives, bit for bit.
+ * bf16 in and out. Built on CPUs without AMX-BF16 too, where int4_matmul_available() is 0 and lopa uses torch's kernel.
  */
 #include <stdint.h>
 #include <stdlib.h>
