@@ -54,8 +54,8 @@ class Int4Linear(nn.Module):
     """y = x @ W.T with W = q * scale + low per group of 32 inputs, q in 0..15; bf16 in and out.
 
     Two kernels, both computing each row alike whatever the row count: lopa's AMX tile kernel
-    (kernels/int4_matmul.c: 1 to 16 rows cost about one, the codes multiply exactly and the scales are
-    the file's, in fp32) where the CPU has AMX-BF16, else torch's `_weight_int4pack_mm_for_cpu` (scale and
+    (kernels/int4_matmul.c: 1 to 16 rows cost about one, up to 4 rows in AVX-512 registers with the tiles'
+    arithmetic; the codes multiply exactly and the scales are the file's, in fp32) where the CPU has AMX-BF16, else torch's `_weight_int4pack_mm_for_cpu` (scale and
     offset rounded to bf16, cost growing with the rows)."""
 
     def __init__(

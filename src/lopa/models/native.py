@@ -23,6 +23,7 @@ from .catalog import cache_root
 
 log = logging.getLogger("lopa")
 KERNELS = Path(__file__).with_name("kernels")
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC")
 
 
 def _build_id(source: Path, compiler: str) -> str:
@@ -46,8 +47,7 @@ def library(name: str) -> ctypes.CDLL | None:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(f".{os.getpid()}.tmp")
-        flags = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC"]
-        built = subprocess.run([compiler, *flags, "-o", str(partial), str(source), "-lm"],
+        built = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(source), "-lm"],
                                capture_output=True, text=True)  # fmt: skip
         if built.returncode != 0:
             log.warning("lopa: building %s failed, torch's kernels kept: %s", source.name, built.stderr.strip()[-300:])
