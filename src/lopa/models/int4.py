@@ -86,6 +86,7 @@ class Int4Linear(nn.Module):
             self.register_buffer("scale", per_panel(scale), persistent=False)
             self.register_buffer("low", per_panel(low), persistent=False)
             self._kernel = _tile_kernel().int4_matmul
+            self._arrays = self.codes, self.scale, self.low  # read every call: past nn.Module's slow lookup
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
             self.register_buffer("packed", packed, persistent=False)
@@ -108,8 +109,15 @@ class Int4Linear(nn.Module):
         """The weight [out, in] as the kernel computes with it, in fp32 (for checks, not for the forward)."""
         return self._product(torch.eye(self.in_features, dtype=torch.bfloat16)).t().float()
 
+    def _apply(self, fn, recurse=True):
+        module = super()._apply(fn, recurse)
+        if self.tiles:  # the buffers may be new tensors now
+            self._arrays = self.codes, self.scale, self.low
+        return module
+
     def _product(self, flat: torch.Tensor) -> torch.Tensor:
-        """flat [m, in] bf16 -> [m, out] bf16. Lean: a forward makes ~200 of these calls."""
+        """flat [m, in] bf16 -> [m, out] bf16. Lean: a forward makes ~200 of these calls (each Python step
+        here costs about what a small layer's kernel does)."""
         if not self.tiles:
             return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
         rows = flat.shape[0]
@@ -118,16 +126,20 @@ class Int4Linear(nn.Module):
         elif not flat.is_contiguous():
             flat = flat.contiguous()
         out = torch.empty(rows, self.out_features, dtype=torch.bfloat16)
-        weights = self.codes.data_ptr(), self.scale.data_ptr(), self.low.data_ptr()
-        sizes = rows, self.out_features, self.in_features
-        self._kernel(flat.data_ptr(), *weights, out.data_ptr(), *sizes, torch.get_num_threads())
+        codes, scale, low = self._arrays
+        self._kernel(
+            flat.data_ptr(), codes.data_ptr(), scale.data_ptr(), low.data_ptr(), out.data_ptr(),
+            rows, self.out_features, self.in_features, torch.get_num_threads(),
+        )  # fmt: skip
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self._product(x.reshape(-1, self.in_features).to(torch.bfloat16))
+        flat = x.view(-1, self.in_features) if x.is_contiguous() else x.reshape(-1, self.in_features)
+        out = self._product(flat if x.dtype == torch.bfloat16 else flat.to(torch.bfloat16))
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if x.dtype == torch.bfloat16 else out.to(x.dtype)
 
 
 def _halves(packed: np.ndarray) -> np.ndarray:

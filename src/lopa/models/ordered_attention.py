@@ -20,7 +20,7 @@ import torch
 from . import native
 
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
-_I64 = ctypes.POINTER(ctypes.c_int64)
+STRIDES = ctypes.c_int64 * 19  # q's 4, k's 4, v's 4, the mask's 3, out's 4
 
 
 @cache
@@ -29,8 +29,8 @@ def _library() -> ctypes.CDLL | None:
     library = native.library("ordered_attention")
     if library is not None:
         library.ordered_attention.restype = None
-        pointers, strides, sizes = [ctypes.c_void_p] * 5, [_I64] * 5, [ctypes.c_int64] * 6
-        library.ordered_attention.argtypes = [*pointers, *strides, *sizes, ctypes.c_float, ctypes.c_int, ctypes.c_int]
+        pointers, sizes = [ctypes.c_void_p] * 5, [ctypes.c_int64] * 6
+        library.ordered_attention.argtypes = [*pointers, STRIDES, *sizes, ctypes.c_float, *[ctypes.c_int] * 3]
     return library
 
 
@@ -46,23 +46,22 @@ def applies(query: torch.Tensor) -> bool:
     return supports(query.dtype, query.device, query.shape[-1])
 
 
-def _strides(tensor: torch.Tensor):
-    return (ctypes.c_int64 * tensor.dim())(*tensor.stride())
-
-
 def ordered_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """query [B, H, T, D], key/value [B, KVH, S, D], additive mask [B, 1, T, >=S] -> [B, T, H, D] (query's dtype)."""
+    """query [B, H, T, D], key/value [B, KVH, S, D], additive mask [B or 1, 1, T, >=S] -> [B, T, H, D] (query's
+    dtype). Lean: a forward makes one call per layer, and each Python step here costs about what a short one does."""
     (batch, heads, queries, dim), kv_heads, keys = query.shape, key.shape[1], key.shape[2]
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-    flat_mask = mask.expand(batch, -1, -1, -1)[:, 0, :, :keys].float()  # a mask shared by the rows: stride 0
+    if mask.dtype not in DTYPES or mask.stride(-1) != 1:
+        mask = mask.float().contiguous()
     out = torch.empty(batch, queries, heads, dim, dtype=query.dtype)
+    mask_strides = mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2), 1  # one mask row set for all rows
+    strides = STRIDES(*query.stride(), *key.stride(), *value.stride(), *mask_strides, *out.stride())
     work = batch * queries * keys * heads * dim
     threads = torch.get_num_threads() if work > 1 << 15 else 1  # an OpenMP fork costs a few microseconds
     _library().ordered_attention(
-        query.data_ptr(), key.data_ptr(), value.data_ptr(), flat_mask.data_ptr(), out.data_ptr(),
-        _strides(query), _strides(key), _strides(value), _strides(flat_mask), _strides(out),
-        batch, heads, kv_heads, queries, keys, dim, scale, DTYPES[query.dtype], threads,
+        query.data_ptr(), key.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(), strides,
+        batch, heads, kv_heads, queries, keys, dim, scale, DTYPES[query.dtype], DTYPES[mask.dtype], threads,
     )  # fmt: skip
     return out

@@ -7,8 +7,8 @@
  * arithmetic whether it is verified alone, inside a tree of any shape (ancestors at other slots, siblings
  * between them, a longer key range), or beside other rows of a batch: a tree's logits are bit-identical to
  * one-token steps. Work items are (row, KV head, block of queries): a block shares each key row it reads.
- * Inputs and output are fp32 or bf16 (dtype 0 / 1) with a unit last stride, the head dimension a multiple of
- * LANES; arithmetic is fp32.
+ * Inputs and output are fp32 or bf16 (dtype 0 / 1), the mask fp32 or bf16 (mask_bf16), each with a unit last
+ * stride, the head dimension a multiple of LANES; arithmetic is fp32.
  */
 #include <math.h>
 #include <omp.h>
@@ -21,9 +21,9 @@
 #define BLOCK 4 /* queries per work item: 4 balances a tree of 8 over 2 threads (measured against 2 and 8) */
 
 typedef struct {
-    const void *q, *k, *v; const float *mask; void *out;
+    const void *q, *k, *v, *mask; void *out;
     const int64_t *qs, *ks, *vs, *ms, *os; /* strides: q [B,H,T,D], k/v [B,KVH,S,D], mask [B,T,S], out [B,T,H,D] */
-    int64_t heads, kv_heads, queries, keys, dim; float scale; int bf16;
+    int64_t heads, kv_heads, queries, keys, dim; float scale; int bf16, mask_bf16;
     int64_t first, last; /* work items [first, last) of batch * kv_heads * ceil(queries / BLOCK) */
 } Job;
 
@@ -34,6 +34,15 @@ static inline const float *row_at(float *buffer, const void *base, int64_t offse
     uint32_t *bits = (uint32_t *)buffer;
     for (int64_t i = 0; i < n; i++) bits[i] = (uint32_t)src[i] << 16;
     return buffer;
+}
+
+/* The mask's element `i` (bf16 widens exactly). */
+static inline float mask_at(const Job *j, int64_t i) {
+    if (!j->mask_bf16) return ((const float *)j->mask)[i];
+    const uint32_t bits = (uint32_t)((const uint16_t *)j->mask)[i] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
 static inline void store(void *base, int64_t i, float f, int bf16) {
@@ -97,7 +106,7 @@ static void run(const Job *j) {
     for (int64_t item = j->first; item < j->last; item++) {
         const int64_t block = item % blocks, kvh = item / blocks % j->kv_heads, b = item / blocks / j->kv_heads;
         const int64_t t0 = block * BLOCK, tn = (j->queries - t0 < BLOCK) ? j->queries - t0 : BLOCK;
-        const float *mask = j->mask + b * j->ms[0] + t0 * j->ms[1];
+        const int64_t mask0 = b * j->ms[0] + t0 * j->ms[1];
         for (int64_t t = 0; t < tn; t++)
             for (int64_t g = 0; g < group; g++)
                 memcpy(qf + (t * group + g) * d,
@@ -106,14 +115,14 @@ static void run(const Job *j) {
         for (int64_t r = 0; r < tn * group; r++) total[r] = -INFINITY; /* the running max, then the normaliser */
         for (int64_t s = 0; s < n; s++) {
             int any = 0;
-            for (int64_t t = 0; t < tn; t++) any |= mask[t * j->ms[1] + s] > MASKED;
+            for (int64_t t = 0; t < tn; t++) any |= mask_at(j, mask0 + t * j->ms[1] + s) > MASKED;
             if (!any) {
                 for (int64_t r = 0; r < tn * group; r++) prob[r * n + s] = -INFINITY;
                 continue;
             }
             const float *key = row_at(row, j->k, b * j->ks[0] + kvh * j->ks[1] + s * j->ks[2], d, j->bf16);
             for (int64_t t = 0; t < tn; t++) {
-                const float m = mask[t * j->ms[1] + s];
+                const float m = mask_at(j, mask0 + t * j->ms[1] + s);
                 for (int64_t g = 0; g < group; g++) {
                     const int64_t r = t * group + g;
                     const float sc = m > MASKED ? dot(qf + r * d, key, d) * j->scale + m : -INFINITY;
@@ -132,7 +141,7 @@ static void run(const Job *j) {
         memset(acc, 0, sizeof(float) * tn * group * d);
         for (int64_t s = 0; s < n; s++) {
             int any = 0;
-            for (int64_t t = 0; t < tn; t++) any |= mask[t * j->ms[1] + s] > MASKED;
+            for (int64_t t = 0; t < tn; t++) any |= mask_at(j, mask0 + t * j->ms[1] + s) > MASKED;
             if (!any) continue;
             const float *value = row_at(row, j->v, b * j->vs[0] + kvh * j->vs[1] + s * j->vs[2], d, j->bf16);
             for (int64_t r = 0; r < tn * group; r++) {
@@ -151,15 +160,16 @@ static void run(const Job *j) {
     free(qf);
 }
 
-void ordered_attention(const void *q, const void *k, const void *v, const float *mask, void *out,
-                       const int64_t *qs, const int64_t *ks, const int64_t *vs, const int64_t *ms, const int64_t *os,
-                       int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries, int64_t keys, int64_t dim,
-                       float scale, int bf16, int threads) {
+/* strides: q's 4, k's 4, v's 4, the mask's 3 ([B, T, S]; 0 for a mask shared by the rows), out's 4. */
+void ordered_attention(const void *q, const void *k, const void *v, const void *mask, void *out,
+                       const int64_t *strides, int64_t batch, int64_t heads, int64_t kv_heads, int64_t queries,
+                       int64_t keys, int64_t dim, float scale, int bf16, int mask_bf16, int threads) {
+    const int64_t *qs = strides, *ks = strides + 4, *vs = strides + 8, *ms = strides + 12, *os = strides + 15;
     const int64_t items = batch * kv_heads * ((queries + BLOCK - 1) / BLOCK);
 #pragma omp parallel num_threads(threads < items ? threads : (int)items)
     {
         const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();
-        Job job = {q, k, v, mask, out, qs, ks, vs, ms, os, heads, kv_heads, queries, keys, dim, scale, bf16,
+        Job job = {q, k, v, mask, out, qs, ks, vs, ms, os, heads, kv_heads, queries, keys, dim, scale, bf16, mask_bf16,
                    items * part / parts, items * (part + 1) / parts};
         run(&job);
     }
