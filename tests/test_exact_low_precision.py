@@ -10,13 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader
 from gguf.quants import dequantize, quantize
 
 from lopa import DraftConfig, Engine
 from lopa.models import native
 from lopa.models.fastkernels import row_invariant
 from lopa.models.int4 import Int4Linear, _tile_kernel, unpack_blocks
+from lopa.models.loading import source_gguf
 from lopa.models.ordered_attention import ordered_attention
+from lopa.models.q8_vocabulary import Q8Vocabulary
 from tests.prompts import FAST, accepted_by_source
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
@@ -101,24 +104,44 @@ def test_kernels_share_torchs_openmp_runtime() -> None:
 TILES = [False, pytest.param(True, marks=pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here"))]
 
 
+def _assert_rows_computed_alike(layer: torch.nn.Module, inputs: int) -> None:
+    """Each row's output is the same whether the row is alone or in a call of 2 .. 70 rows, at any place in it.
+    Inputs of very different sizes make a row's fp32 sums round; the bf16 outputs hide most of that rounding,
+    hence many rows: a path that summed in another order would show in some of their outputs."""
+    x = (torch.randn(1024, inputs) * torch.exp2(torch.randint(-20, 20, (1024, inputs)).float())).bfloat16()
+    alone = torch.cat([layer(x[row : row + 1]) for row in range(len(x))])
+    for rows in (2, 3, 4, 5, 8, 16, 17, 33, 70):  # the AMX kernel: registers up to 4 rows, tiles above
+        together = torch.cat([layer(x[lo : lo + rows]) for lo in range(0, len(x), rows)])
+        assert torch.equal(together, alone), f"{int((together != alone).sum())} outputs changed in calls of {rows} rows"
+
+
 @pytest.mark.parametrize("tiles", TILES)
 def test_int4_layer_computes_each_row_alike(tiles: bool) -> None:
     torch.manual_seed(0)
     dense = torch.nn.Linear(256, 256, bias=False)
     layer = Int4Linear.from_weight(dense.weight, tiles=tiles)
-    # inputs of very different sizes, so that sums round in fp32; the outputs are bf16, which hides most of that
-    # rounding, hence many rows: a path that summed in another order would show in some of their 260k outputs
-    x = (torch.randn(1024, 256) * torch.exp2(torch.randint(-20, 20, (1024, 256)).float())).bfloat16()
-    alone = torch.cat([layer(x[row : row + 1]) for row in range(len(x))])
-    for rows in (2, 3, 4, 5, 8, 16, 17, 33, 70):  # the AMX kernel: registers up to 4 rows, tiles above
-        together = torch.cat([layer(x[lo : lo + rows]) for lo in range(0, len(x), rows)])
-        assert torch.equal(together, alone), f"{int((together != alone).sum())} outputs changed in calls of {rows} rows"
+    _assert_rows_computed_alike(layer, 256)
     x = torch.randn(5, 256, dtype=torch.bfloat16)
     torch.testing.assert_close(layer(x).float(), x.float() @ layer.weight().T, rtol=1e-2, atol=1e-2)
     # round to nearest in groups of 32: within half a step (range / 15 / 2) plus bf16 scales
     step = dense.weight.unflatten(1, (-1, 32)).aminmax(dim=-1)
     half = ((step.max - step.min) / 30).repeat_interleave(32, dim=1)
     assert ((layer.weight() - dense.weight).abs() <= half * 1.02 + 1e-3).all()
+
+
+@pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here")
+def test_q8_vocabulary_computes_each_row_alike() -> None:
+    """The Q8_0 projection (int8 codes, a scale per 32) computes rows alike and computes code * scale; its rows
+    for a lookup are that weight."""
+    torch.manual_seed(0)
+    codes, scale = torch.randint(-128, 128, (256, 128), dtype=torch.int8), torch.rand(256, 4) / 100
+    layer = Q8Vocabulary(codes, scale)
+    _assert_rows_computed_alike(layer, 128)
+    weight = codes.float() * scale.repeat_interleave(32, dim=1)
+    assert torch.equal(layer.weight, weight.bfloat16())
+    assert torch.equal(layer.rows(torch.tensor([7, 200, 7])), weight[[7, 200, 7]].bfloat16())
+    x = torch.randn(5, 128, dtype=torch.bfloat16)
+    torch.testing.assert_close(layer(x).float(), x.float() @ weight.T, rtol=1e-2, atol=1e-2)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +159,9 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     the kernel's rounding; they take under a fifth of the fp32 bytes (half a byte a code, an fp32 scale and
     offset per 32: 0.75 bytes a weight)."""
     layers = [m for m in int4.model.modules() if isinstance(m, Int4Linear)]
-    assert int4.model.lopa_int4_layers == {"from_file": len(layers), "quantized_by_lopa": 0} and len(layers) == 210
+    vocabulary = "q8_0" if _tile_kernel() else "bf16"
+    assert int4.model.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0, "vocabulary": vocabulary}
+    assert len(layers) == 210
     assert row_invariant(int4.model)
     fp32 = engine.model.model.layers[3].self_attn.q_proj.weight  # q rows are permuted from the file's order
     ours = int4.model.model.layers[3].self_attn.q_proj.weight()
@@ -144,6 +169,20 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     int4_bytes = sum(b.numel() * b.element_size() for m in layers for b in m.buffers())
     assert int4_bytes < sum(m.in_features * m.out_features for m in layers) * 4 / 5
     assert int4.loaded.num_parameters == engine.loaded.num_parameters
+
+
+@pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here")
+def test_int4_keeps_the_files_q8_vocabulary(int4: Engine) -> None:
+    """The file's Q8_0 token embedding stays Q8_0 (a byte a code), its rows the values transformers' loader
+    gives, and it is the output projection too."""
+    tensor = next(t for t in GGUFReader(source_gguf(None)).tensors if t.name == "token_embd.weight")
+    assert tensor.tensor_type == Q.Q8_0
+    embedding, projection = int4.model.get_input_embeddings(), int4.model.get_output_embeddings()
+    assert isinstance(projection, Q8Vocabulary) and projection.codes.dtype == torch.int8
+    assert torch.equal(embedding.weight, torch.from_numpy(dequantize(tensor.data, tensor.tensor_type)).bfloat16())
+    ids = torch.tensor([[1, 500, 49151]])
+    assert torch.equal(embedding(ids)[0], embedding.weight[ids[0]])
+    assert not any(p.numel() >= projection.out_features * projection.in_features for p in int4.model.parameters())
 
 
 @pytest.mark.parametrize("precision", ["int4", "bf16"])

@@ -45,9 +45,28 @@ def _tile_kernel() -> ctypes.CDLL | None:
     library = native.library("int4_matmul")
     if library is None or not library.int4_matmul_available():
         return None
-    library.int4_matmul.restype = None
-    library.int4_matmul.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    for kernel in library.int4_matmul, library.int8_matmul:
+        kernel.restype = None
+        kernel.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     return library
+
+
+def tile_product(kernel, flat: torch.Tensor, arrays: tuple, out_features: int) -> torch.Tensor:
+    """flat [m, in] bf16 -> [m, out] bf16 through an AMX kernel of kernels/int4_matmul.c; `arrays`: its codes,
+    scale and low (None: no offsets) in panel layout. Lean: a forward makes ~200 of these calls (each Python step
+    here costs about what a small layer's kernel does)."""
+    rows = flat.shape[0]
+    if rows > TILE_ROWS and rows % TILE_ROWS:  # the kernel reads whole tiles of min(rows, TILE_ROWS) rows
+        flat = F.pad(flat, (0, 0, 0, -rows % TILE_ROWS))
+    elif not flat.is_contiguous():
+        flat = flat.contiguous()
+    out = torch.empty(rows, out_features, dtype=torch.bfloat16)
+    codes, scale, low = arrays
+    kernel(
+        flat.data_ptr(), codes.data_ptr(), scale.data_ptr(), None if low is None else low.data_ptr(), out.data_ptr(),
+        rows, out_features, flat.shape[1], torch.get_num_threads(),
+    )  # fmt: skip
+    return out
 
 
 class Int4Linear(nn.Module):
@@ -116,22 +135,10 @@ class Int4Linear(nn.Module):
         return module
 
     def _product(self, flat: torch.Tensor) -> torch.Tensor:
-        """flat [m, in] bf16 -> [m, out] bf16. Lean: a forward makes ~200 of these calls (each Python step
-        here costs about what a small layer's kernel does)."""
+        """flat [m, in] bf16 -> [m, out] bf16."""
         if not self.tiles:
             return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
-        rows = flat.shape[0]
-        if rows > TILE_ROWS and rows % TILE_ROWS:  # the kernel reads whole tiles of min(rows, TILE_ROWS) rows
-            flat = F.pad(flat, (0, 0, 0, -rows % TILE_ROWS))
-        elif not flat.is_contiguous():
-            flat = flat.contiguous()
-        out = torch.empty(rows, self.out_features, dtype=torch.bfloat16)
-        codes, scale, low = self._arrays
-        self._kernel(
-            flat.data_ptr(), codes.data_ptr(), scale.data_ptr(), low.data_ptr(), out.data_ptr(),
-            rows, self.out_features, self.in_features, torch.get_num_threads(),
-        )  # fmt: skip
-        return out
+        return tile_product(self._kernel, flat, self._arrays, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.view(-1, self.in_features) if x.is_contiguous() else x.reshape(-1, self.in_features)
@@ -205,7 +212,7 @@ def gguf_blocks(model: PreTrainedModel, path: Path) -> dict[str, tuple[torch.Ten
     return found
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """Hand the load's freed transients (bf16 weights, unpacked codes) back to the OS: glibc keeps them in its arenas
     otherwise, and the process would stay ~2x its weights (measured: docs/bench/exact-low-precision/memory.log)."""
     libc = ctypes.util.find_library("c")
@@ -231,13 +238,16 @@ def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> di
         return Int4Linear(*stored, linear.bias) if stored else Int4Linear.from_weight(linear.weight, linear.bias)
 
     replace_linears(model.get_decoder(), make)
-    _return_freed_memory()
+    return_freed_memory()
     model.lopa_precision = INT4
     model.lopa_int4_layers = counts
     return counts
 
 
 def kernel_name(model: nn.Module) -> str:
-    """Which int4 kernel the model's layers run on: 'amx-tiles', 'torch' or 'amx-tiles+torch'."""
+    """Which int4 kernel the model's layers run on: 'amx-tiles', 'torch' or 'amx-tiles+torch', and '+q8-vocab'
+    where the vocabulary stays in the file's Q8_0 (models/q8_vocabulary.py)."""
     tiles = {layer.tiles for layer in model.modules() if isinstance(layer, Int4Linear)}
-    return "+".join(name for name, used in (("amx-tiles", True in tiles), ("torch", False in tiles)) if used)
+    q8 = getattr(model, "lopa_int4_layers", {}).get("vocabulary") == "q8_0"
+    used = (("amx-tiles", True in tiles), ("torch", False in tiles), ("q8-vocab", q8))
+    return "+".join(name for name, on in used if on)

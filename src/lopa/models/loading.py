@@ -19,6 +19,7 @@ from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
 from .int4 import INT4, Int4Linear, quantize_int4
+from .q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
 from .quantize import INT8, quantize_int8
 
 
@@ -38,8 +39,9 @@ class LoadedModel:
     @property
     def num_parameters(self) -> int:
         """Weights counted as the model defines them (an int4 layer's in x out included)."""
-        int4 = sum(m.in_features * m.out_features for m in self.model.modules() if isinstance(m, Int4Linear))
-        return sum(p.numel() for p in self.model.parameters()) + int4
+        quantized = (Int4Linear, Q8Vocabulary)
+        packed = sum(m.in_features * m.out_features for m in self.model.modules() if isinstance(m, quantized))
+        return sum(p.numel() for p in self.model.parameters()) + packed
 
 
 def embedding_fingerprint(weight: torch.Tensor) -> str:
@@ -146,7 +148,9 @@ def load_model(
     if int8:
         quantize_int8(model)
     if int4:
-        quantize_int4(model, source_gguf(spec))
+        source = source_gguf(spec)
+        quantize_int4(model, source)
+        model.lopa_int4_layers["vocabulary"] = "q8_0" if source and keep_q8_vocabulary(model, source) else "bf16"
     if fast:
         use_fast_kernels(model)
     return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)

@@ -1,16 +1,17 @@
-/* int4 weight-only matrix products on AMX tiles, in which every output row depends only on its own input row.
+/* int4 (and int8) weight-only matrix products on AMX tiles, in which every output row depends only on its own input
+ * row.
  *
  * w[n, k] = code * scale + low over the group of 32 inputs k belongs to. Codes are stored in panels of 16 outputs,
- * per group 8 chunks of 32 bytes: chunk c's low nibbles are tile row 2c and its high nibbles row 2c + 1, where tile
- * row p holds inputs 2p and 2p + 1 of each of the 16 outputs side by side, the layout TDPBF16PS takes for its second
- * operand. A panel is expanded once per call (a table lookup: codes 0..15 are exact in bf16) and serves every
- * input row; each group is one tile product of up to 16 rows (two groups in flight), and each row then accumulates
- * scale * product + low * (the group's sum of inputs) in fp32, group after group, with the scale and low in fp32
- * (exact for Q4_0, Q4_1 and Q4_K). So 1 to 16 rows cost about the same. Up to VECTOR_ROWS rows skip the tiles:
- * AVX-512 registers compute what a tile computes, in the same order (vector_rows), faster for so few rows. Each
- * output element is computed by the same operations whatever the row count, the row's position in the call or the
- * thread count (a tile's rows are independent): a token verified inside a tree gets the products a one-token step
- * gives, bit for bit.
+ * per group 16 tile rows, where tile row p holds inputs 2p and 2p + 1 of each of the 16 outputs side by side, the
+ * layout TDPBF16PS takes for its second operand: int4 in 8 chunks of 32 bytes, chunk c's low nibbles tile row 2c
+ * and its high nibbles row 2c + 1; int8 (Q8_0's vocabulary) a byte a code, no offsets. A panel is expanded once
+ * per call (codes are exact in bf16) and serves every input row; each group is one tile product of up to 16 rows
+ * (two groups in flight), and each row then accumulates scale * product + low * (the group's sum of inputs) in
+ * fp32, group after group, with the scale and low in fp32 (exact for Q4_0, Q4_1, Q4_K and Q8_0). So 1 to 16 rows
+ * cost about the same. Up to VECTOR_ROWS rows skip the tiles: AVX-512 registers compute what a tile computes, in
+ * the same order (vector_rows), faster for so few rows. Each output element is computed by the same operations
+ * whatever the row count, the row's position in the call or the thread count (a tile's rows are independent): a
+ * token verified inside a tree gets the products a one-token step gives, bit for bit.
  * bf16 in and out. Built on CPUs without AMX-BF16 too, where int4_matmul_available() is 0 and lopa uses torch's kernel.
  */
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #define GROUP 32
 #define PANEL 16 /* outputs per panel: a tile's 16 fp32 columns */
 #define ROWS 16  /* input rows per tile */
+#define GROUP_BYTES(bits) ((bits) * GROUP * PANEL / 8) /* a panel's codes for one group */
 #ifndef VECTOR_ROWS
 #define VECTOR_ROWS 4 /* up to this many rows, registers beat tiles */
 #endif
@@ -53,17 +55,45 @@ static void configure_tiles(int rows) {
     _tile_loadconfig(&config);
 }
 
-/* Panel `panel`'s codes as bf16 tile rows (exact: 0..15), every group: out [groups][16 pairs][32]. */
-static void expand_panel(const uint8_t *codes, int64_t groups, int64_t panel, uint16_t *out) {
+/* Panel `panel`'s codes as bf16 tile rows (exact: 0..15, or -128..127 for int8), every group:
+ * out [groups][16 pairs][32]. */
+static void expand_panel(const uint8_t *codes, int64_t groups, int64_t panel, uint16_t *out, int bits) {
+    const uint8_t *chunk = codes + panel * groups * GROUP_BYTES(bits);
+    if (bits == 8) {
+        for (int64_t t = 0; t < groups * 16; t++, chunk += 32, out += 32) {
+            const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)chunk)));
+            const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(chunk + 16))));
+            _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+        return;
+    }
     const __m512i bf16_of_code = _mm512_set_epi16(
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4170, 0x4160, 0x4150, 0x4140, 0x4130, 0x4120, 0x4110,
         0x4100, 0x40e0, 0x40c0, 0x40a0, 0x4080, 0x4040, 0x4000, 0x3f80, 0x0000);
-    const uint8_t *chunk = codes + panel * groups * 256;
     for (int64_t c = 0; c < groups * 8; c++, chunk += 32, out += 64) {
         const __m512i both = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)chunk));
         _mm512_storeu_si512(out, _mm512_permutexvar_epi16(_mm512_and_si512(both, _mm512_set1_epi16(15)), bf16_of_code));
         _mm512_storeu_si512(out + 32, _mm512_permutexvar_epi16(_mm512_srli_epi16(both, 4), bf16_of_code));
     }
+}
+
+/* The weights of inputs 4c .. 4c + 3 (tile rows 2c and 2c + 1) of a panel's 16 outputs, from one group's codes. */
+static inline void four_inputs(const uint8_t *group, int64_t c, int bits, __m512 w[4]) {
+    if (bits == 8) {
+        for (int h = 0; h < 2; h++) { /* tile row 2c + h; lane o: output o's inputs 4c + 2h and 4c + 2h + 1 */
+            const __m512i lanes = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(group + 64 * c + 32 * h)));
+            w[2 * h] = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(lanes, 16), 16));
+            w[2 * h + 1] = _mm512_cvtepi32_ps(_mm512_srai_epi32(lanes, 16));
+        }
+        return;
+    }
+    const __m512 code_value = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    /* lane o: byte 2o (inputs 4c, 4c + 2 of output o) and byte 2o + 1 (inputs 4c + 1, 4c + 3) */
+    const __m512i lanes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(group + 32 * c)));
+    w[0] = _mm512_permutexvar_ps(lanes, code_value); /* reads each lane's low 4 bits */
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 16), code_value);
+    w[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 4), code_value);
+    w[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 20), code_value);
 }
 
 /* Each group's sum of inputs, per row: sums [rows][groups] (the offsets' share of a product). */
@@ -83,7 +113,7 @@ static void group_sums(const uint16_t *x, int64_t rows, int64_t groups, float *s
  * (denormals flushed to zero, as the tiles flush them). Bit-identical to the tile path (tested) and faster for a
  * few rows, for which the tile path's store and reload per group is latency. */
 static void vector_rows(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low,
-                        const float *sums, uint16_t *y, int64_t m, int64_t n_out, int64_t k_in, int threads) {
+                        const float *sums, uint16_t *y, int64_t m, int64_t n_out, int64_t k_in, int threads, int bits) {
     const int64_t groups = k_in / GROUP, panels = n_out / PANEL;
     float *xf = malloc(sizeof(float) * m * k_in); /* the inputs in fp32, broadcast one at a time */
     for (int64_t i = 0; i < m * k_in; i++) {
@@ -94,35 +124,30 @@ static void vector_rows(const uint16_t *x, const uint8_t *codes, const float *sc
     {
         const unsigned int csr = _mm_getcsr();
         _mm_setcsr(csr | 0x8040); /* flush denormal inputs and results to zero (DAZ, FTZ) */
-        const __m512 code_value = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
 #pragma omp for schedule(static)
         for (int64_t panel = 0; panel < panels; panel++) {
             __m512 acc[VECTOR_ROWS];
             for (int64_t r = 0; r < m; r++) acc[r] = _mm512_setzero_ps();
             for (int64_t g = 0; g < groups; g++) {
-                __m512 even[VECTOR_ROWS], odd[VECTOR_ROWS];
+                __m512 even[VECTOR_ROWS], odd[VECTOR_ROWS], w[4];
                 for (int64_t r = 0; r < m; r++) even[r] = odd[r] = _mm512_setzero_ps();
-                const uint8_t *chunk = codes + (panel * groups + g) * 256;
-                for (int64_t c = 0; c < 8; c++, chunk += 32) {
-                    /* lane o: byte 2o (inputs 4c, 4c + 2 of output o) and byte 2o + 1 (inputs 4c + 1, 4c + 3) */
-                    const __m512i lanes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)chunk));
-                    const __m512 w0 = _mm512_permutexvar_ps(lanes, code_value); /* reads each lane's low 4 bits */
-                    const __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 16), code_value);
-                    const __m512 w2 = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 4), code_value);
-                    const __m512 w3 = _mm512_permutexvar_ps(_mm512_srli_epi32(lanes, 20), code_value);
+                const uint8_t *group = codes + (panel * groups + g) * GROUP_BYTES(bits);
+                for (int64_t c = 0; c < 8; c++) {
+                    four_inputs(group, c, bits, w);
                     for (int64_t r = 0; r < m; r++) {
                         const float *in = xf + r * k_in + g * GROUP + 4 * c;
-                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[0]), w0, even[r]);
-                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[1]), w1, odd[r]);
-                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[2]), w2, even[r]);
-                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[3]), w3, odd[r]);
+                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[0]), w[0], even[r]);
+                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[1]), w[1], odd[r]);
+                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[2]), w[2], even[r]);
+                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[3]), w[3], odd[r]);
                     }
                 }
                 const __m512 s = _mm512_loadu_ps(scale + (panel * groups + g) * PANEL);
-                const __m512 l = _mm512_loadu_ps(low + (panel * groups + g) * PANEL);
                 for (int64_t r = 0; r < m; r++) {
                     acc[r] = _mm512_fmadd_ps(_mm512_add_ps(even[r], odd[r]), s, acc[r]);
-                    acc[r] = _mm512_fmadd_ps(l, _mm512_set1_ps(sums[r * groups + g]), acc[r]);
+                    if (low)
+                        acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(low + (panel * groups + g) * PANEL),
+                                                 _mm512_set1_ps(sums[r * groups + g]), acc[r]);
                 }
             }
             for (int64_t r = 0; r < m; r++)
@@ -134,15 +159,16 @@ static void vector_rows(const uint16_t *x, const uint8_t *codes, const float *sc
 }
 
 /* y [m, n_out] = x [m, k_in] @ w.T. x is bf16 with its rows padded to a multiple of min(m, 16) (the padding rows'
- * outputs are not written); k_in a multiple of 64; codes [n_out / 16][k_in / 32][8][32 bytes]; scale, low [n_out / 16][k_in / 32][16]. */
-void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
-                 int64_t m, int64_t n_out, int64_t k_in, int threads) {
+ * outputs are not written); k_in a multiple of 64; codes [n_out / 16][k_in / 32][GROUP_BYTES(bits)]; scale, low
+ * [n_out / 16][k_in / 32][16] (low NULL: no offsets). */
+static void matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
+                   int64_t m, int64_t n_out, int64_t k_in, int threads, int bits) {
     const int64_t groups = k_in / GROUP, panels = n_out / PANEL, rows = m < ROWS ? m : ROWS;
     const int64_t tiles = (m + rows - 1) / rows;
     float *sums = malloc(sizeof(float) * tiles * rows * groups);
     group_sums(x, tiles * rows, groups, sums);
     if (m <= VECTOR_ROWS) {
-        vector_rows(x, codes, scale, low, sums, y, m, n_out, k_in, threads);
+        vector_rows(x, codes, scale, low, sums, y, m, n_out, k_in, threads, bits);
         free(sums);
         return;
     }
@@ -154,7 +180,7 @@ void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, co
         configure_tiles((int)rows);
 #pragma omp for schedule(static)
         for (int64_t panel = 0; panel < panels; panel++) {
-            expand_panel(codes, groups, panel, expanded);
+            expand_panel(codes, groups, panel, expanded, bits);
             for (int64_t tile = 0; tile < tiles; tile++) {
                 for (int64_t r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
                 for (int64_t g = 0; g < groups; g += 2) { /* groups is even (checked by the caller) */
@@ -171,11 +197,12 @@ void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, co
                     _tile_stored(3, products + ROWS * PANEL, PANEL * sizeof(float));
                     for (int64_t h = 0; h < 2; h++) {
                         const __m512 s = _mm512_loadu_ps(scale + (panel * groups + g + h) * PANEL);
-                        const __m512 l = _mm512_loadu_ps(low + (panel * groups + g + h) * PANEL);
                         for (int64_t r = 0; r < rows; r++) {
                             const __m512 p = _mm512_load_ps(products + (h * ROWS + r) * PANEL);
                             acc[r] = _mm512_fmadd_ps(p, s, acc[r]);
-                            acc[r] = _mm512_fmadd_ps(l, _mm512_set1_ps(sums[(tile * rows + r) * groups + g + h]), acc[r]);
+                            if (low)
+                                acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(low + (panel * groups + g + h) * PANEL),
+                                                         _mm512_set1_ps(sums[(tile * rows + r) * groups + g + h]), acc[r]);
                         }
                     }
                 }
@@ -191,11 +218,21 @@ void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, co
     }
     free(sums);
 }
-#else
-int int4_matmul_available(void) { return 0; }
+
+/* 4-bit codes 0..15, two to a byte (Q4_0, Q4_1, Q4_K: w = code * scale + low). */
 void int4_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
                  int64_t m, int64_t n_out, int64_t k_in, int threads) {
-    (void)x; (void)codes; (void)scale; (void)low; (void)y; (void)m; (void)n_out; (void)k_in; (void)threads;
-    abort(); /* never called: int4_matmul_available() is 0 */
+    matmul(x, codes, scale, low, y, m, n_out, k_in, threads, 4);
 }
+
+/* 8-bit codes -128..127, a byte each (Q8_0: w = code * scale; low NULL). */
+void int8_matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
+                 int64_t m, int64_t n_out, int64_t k_in, int threads) {
+    matmul(x, codes, scale, low, y, m, n_out, k_in, threads, 8);
+}
+#else
+int int4_matmul_available(void) { return 0; }
+static void unavailable(void) { abort(); } /* never called: int4_matmul_available() is 0 */
+void int4_matmul(void) { unavailable(); }
+void int8_matmul(void) { unavailable(); }
 #endif
