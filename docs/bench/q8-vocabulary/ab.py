@@ -1,6 +1,7 @@
 """int4 SmolLM2 with its vocabulary in the file's Q8_0 (the default where AMX runs) against the bf16 vocabulary
 (oneDNN-packed, as before), in one process: forwards of 1, 2, 4, 8 and 16 tokens after a 128-token prefix, both
-models interleaved, medians of 30; and whether both pick the same greedy tokens over those forwards.
+models interleaved, medians of 30; and how many of a 16-token forward's greedy tokens differ (the Q8_0 projection
+applies each scale in fp32 where the bf16 matrix held code * scale rounded to bf16, so near-ties may go either way).
 Usage: OMP_NUM_THREADS=2 python docs/bench/q8-vocabulary/ab.py
 """
 
@@ -14,6 +15,7 @@ from lopa import Engine
 from lopa.models import loading
 
 torch.set_num_threads(2)
+torch.manual_seed(0)
 engines = {"q8_0 vocabulary": Engine.from_pretrained(dtype="int4", profile=False)}
 with mock.patch.object(loading, "keep_q8_vocabulary", return_value=False):  # the load as it was before
     engines["bf16 vocabulary"] = Engine.from_pretrained(dtype="int4", profile=False)
@@ -36,7 +38,7 @@ for rep in range(33):  # sizes and models interleaved; the first 3 rounds warm u
             if rep >= 3:
                 times[n, name].append(time.perf_counter() - start)
 argmax = [engine.runner.verify([chain(16)])[0].logits.argmax(-1) for engine in engines.values()]
-print("same greedy tokens over a 16-token forward:", torch.equal(*argmax))
+print(f"greedy tokens that differ in a 16-token forward: {int((argmax[0] != argmax[1]).sum())} of 16")
 print(f"{'tokens':>6}  " + "  ".join(f"{name:>16}" for name in engines) + "   ratio")
 for n in sizes:
     first, second = (statistics.median(times[n, name]) * 1e3 for name in engines)
