@@ -24,3 +24,10 @@ for dtype in bfloat16 int4; do python $out/ties.py $dtype 2>&1 | grep -v "^USDT"
 # After the attention kernel's blocks of 4 queries and register lane sums:
 #   run int4-tiles-block4 int4 shipped
 #   python $out/ratios.py $out/int4-tiles-block4/results.json | tee $out/ratios-tiles-block4.log
+# After 1-4 rows in registers, leaner kernel calls and the Q8_0 vocabulary (a later session):
+#   run int4-vector-q8 int4 shipped
+#   python $out/ratios.py $out/int4-vector-q8/results.json | tee $out/ratios-vector-q8.log
+#   python docs/bench/int4-vector-rows/ab.py | tee docs/bench/int4-vector-rows/ab.log
+#   bash docs/bench/step-overhead/run.sh | tee docs/bench/step-overhead/calls.log
+#   python docs/bench/q8-vocabulary/ab.py | tee docs/bench/q8-vocabulary/ab.log
+#   python $out/memory.py | tee docs/bench/q8-vocabulary/memory.log
