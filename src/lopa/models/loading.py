@@ -38,7 +38,7 @@ class LoadedModel:
 
     @property
     def num_parameters(self) -> int:
-        """Weights counted as the model defines them (an int4 layer's in x out included)."""
+        """Weights counted as the model defines them (an int4 layer's or a Q8_0 vocabulary's in x out included)."""
         quantized = (Int4Linear, Q8Vocabulary)
         packed = sum(m.in_features * m.out_features for m in self.model.modules() if isinstance(m, quantized))
         return sum(p.numel() for p in self.model.parameters()) + packed
@@ -124,7 +124,8 @@ def load_model(
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
     dtype "int4": bf16 with the decoder's linear layers int4 weight-only, a GGUF's own 4-bit blocks kept as they
-    are (CPU, models/int4.py).
+    are (CPU, models/int4.py), and its Q8_0 tied vocabulary kept too where the AMX kernel runs
+    (models/q8_vocabulary.py).
     fast: lopa's CPU kernels (oneDNN-packed linears, in-place grouped-KV attention: models/fastkernels.py);
     False leaves the stock transformers modules.
     """
