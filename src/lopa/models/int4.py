@@ -154,7 +154,8 @@ def _halves(packed: np.ndarray) -> np.ndarray:
     return np.concatenate([packed & 0x0F, packed >> 4], axis=-1)
 
 
-def _f16(raw: np.ndarray) -> np.ndarray:
+def fp16_field(raw: np.ndarray) -> np.ndarray:
+    """A block field of 2 raw bytes [..., 2] read as the fp16 it holds, widened to float32 [...]."""
     return raw.copy().view(np.float16).astype(np.float32)[..., 0]
 
 
@@ -172,13 +173,13 @@ def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
     if kind in (Q.Q4_0, Q.Q4_1):
         size = 18 if kind == Q.Q4_0 else 20
         blocks = data.reshape(rows, -1, size)
-        d = _f16(blocks[..., 0:2])
+        d = fp16_field(blocks[..., 0:2])
         codes = _halves(blocks[..., size - 16 :])
-        low = -8 * d if kind == Q.Q4_0 else _f16(blocks[..., 2:4])
+        low = -8 * d if kind == Q.Q4_0 else fp16_field(blocks[..., 2:4])
         return codes.reshape(rows, -1), d, low
     if kind == Q.Q4_K:
         blocks = data.reshape(rows, -1, 144)
-        d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+        d, dmin = fp16_field(blocks[..., 0:2]), fp16_field(blocks[..., 2:4])
         sub_scale, sub_min = _k_scales(blocks[..., 4:16])
         nibbles = blocks[..., 16:].reshape(rows, -1, 4, 32)  # 4 chunks of 64 codes: low nibbles first, then high
         codes = np.stack([nibbles & 0x0F, nibbles >> 4], axis=3).reshape(rows, -1)

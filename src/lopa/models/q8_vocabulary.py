@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from .int4 import GROUP, PANEL, _tile_kernel, return_freed_memory, tile_product
+from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, return_freed_memory, tile_product
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
 
@@ -86,7 +86,7 @@ def q8_blocks(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     if tensor is None or tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
         return None
     blocks = np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1, Q8_0_BLOCK)
-    scale = blocks[..., 0:2].copy().view(np.float16).astype(np.float32)[..., 0]
+    scale = fp16_field(blocks[..., 0:2])
     codes = blocks[..., 2:].copy().view(np.int8).reshape(blocks.shape[0], -1)
     return torch.from_numpy(codes), torch.from_numpy(scale)
 
