@@ -50,11 +50,14 @@ def test_cli_end_to_end_writes_valid_results(tiny_data, tmp_path, no_llamacpp, c
             "--out",
             str(out),
             "--no-progress",
+            "--max-verify-tokens",
+            "64",
         ]
     )
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     assert validate(results) == []
+    assert results["config"]["dtype"] == "float32"
     assert [p["category"] for p in results["prompts"]] == ["writing", "coding"]
     assert results["methods"]["llamacpp"]["status"] == "skipped"
     assert "llama-cpp-python" in results["methods"]["llamacpp"]["reason"]
@@ -74,6 +77,7 @@ def test_cli_end_to_end_writes_valid_results(tiny_data, tmp_path, no_llamacpp, c
     assert set(results["aggregate"]["lopa"]["by_category"]) == {"writing", "coding"}
     report = (out / "report.md").read_text()
     assert "skipped" in report and "## Overall" in report
+    assert f"lopa bench --max-verify-tokens 64 --data {tiny_data} --seed 0" in report  # with the model options
     for name in ("speedup_by_category", "tokens_per_forward", "latency_vs_length", "accept_length_hist"):
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
     printed = capsys.readouterr()

@@ -15,6 +15,7 @@ from gguf.quants import dequantize, quantize
 
 from lopa import DraftConfig, Engine
 from lopa.models import native
+from lopa.models.breakdown import weight_bytes
 from lopa.models.fastkernels import row_invariant
 from lopa.models.int4 import Int4Linear, _tile_kernel, unpack_blocks
 from lopa.models.loading import source_gguf
@@ -166,8 +167,8 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     fp32 = engine.model.model.layers[3].self_attn.q_proj.weight  # q rows are permuted from the file's order
     ours = int4.model.model.layers[3].self_attn.q_proj.weight()
     assert (ours - fp32).abs().max() <= 0.01 * fp32.abs().max()
-    int4_bytes = sum(b.numel() * b.element_size() for m in layers for b in m.buffers())
-    assert int4_bytes < sum(m.in_features * m.out_features for m in layers) * 4 / 5
+    weights = sum(m.in_features * m.out_features for m in layers)
+    assert weights / 2 < sum(weight_bytes(m) for m in layers) <= weights * 3 / 4
     assert int4.loaded.num_parameters == engine.loaded.num_parameters
 
 
@@ -183,6 +184,9 @@ def test_int4_keeps_the_files_q8_vocabulary(int4: Engine) -> None:
     ids = torch.tensor([[1, 500, 49151]])
     assert torch.equal(embedding(ids)[0], embedding.weight[ids[0]])
     assert not any(p.numel() >= projection.out_features * projection.in_features for p in int4.model.parameters())
+    assert weight_bytes(projection) == projection.out_features * projection.in_features * (1 + 4 / 32)
+    assert int4.predictor is not None  # drafting on the same rows, without a copy of the matrix
+    assert torch.equal(int4.predictor.token_embedding(ids[0]), embedding.weight[ids[0]].float())
 
 
 @pytest.mark.parametrize("precision", ["int4", "bf16"])

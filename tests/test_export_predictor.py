@@ -16,6 +16,7 @@ from lopa.draft.predictor import Eagle3Predictor, PredictorConfig
 from lopa.draft.predictor_io import DEFAULT_PREDICTOR_DIR, fits, load_predictor, save_predictor, speculators_config
 from lopa.errors import ModelLoadError
 from lopa.models.catalog import CATALOG, DEFAULT_MODEL
+from lopa.models.loading import token_rows
 
 from .conftest import tiny_llama
 
@@ -39,9 +40,7 @@ def test_catalog_entries_name_their_hub_models() -> None:
 
 def test_training_names_the_hub_id_and_keeps_the_catalog_name_for_lopa() -> None:
     model = tiny_llama()
-    predictor = Eagle3Predictor(
-        PredictorConfig.for_base(model, name=DEFAULT_MODEL), model.get_input_embeddings().weight
-    )
+    predictor = Eagle3Predictor(PredictorConfig.for_base(model, name=DEFAULT_MODEL), token_rows(model))
     config = speculators_config(predictor)
     assert config["speculators_config"]["verifier"]["name_or_path"] == HUB_ID
     assert config["lopa"]["base"]["base_name"] == DEFAULT_MODEL
@@ -108,7 +107,7 @@ def test_a_speculators_style_file_loads_and_unsupported_variants_are_refused(tmp
     """What speculators' save_pretrained writes (tests/test_interop_speculators.py checks the real thing): its
     architecture name, no lopa section, embed_tokens stored, no d2t/t2d for a full draft vocabulary."""
     model = tiny_llama()
-    predictor = Eagle3Predictor(PredictorConfig.for_base(model), model.get_input_embeddings().weight)
+    predictor = Eagle3Predictor(PredictorConfig.for_base(model), token_rows(model))
     save_predictor(predictor, tmp_path / "p")
     config = config_of(tmp_path / "p")
     del config["lopa"]

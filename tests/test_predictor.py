@@ -19,6 +19,7 @@ from lopa.draft.predictor import Eagle3Predictor, PredictorCache, PredictorConfi
 from lopa.draft.predictor_drafter import PredictorDrafter
 from lopa.draft.predictor_io import load_predictor, save_predictor
 from lopa.errors import ModelLoadError
+from lopa.models.loading import token_rows
 from lopa.models.runner import Runner
 from lopa.train.predictor import (
     LOG,
@@ -63,7 +64,7 @@ def tiny_llama4(seed: int = 0) -> LlamaForCausalLM:
 
 def untrained(model, seed: int = 1) -> Eagle3Predictor:
     torch.manual_seed(seed)
-    return Eagle3Predictor(PredictorConfig.for_base(model, AUX, 24), model.get_input_embeddings().weight).eval()
+    return Eagle3Predictor(PredictorConfig.for_base(model, AUX, 24), token_rows(model)).eval()
 
 
 def greedy(model, prompt: list[int], n: int) -> list[int]:
@@ -164,7 +165,7 @@ def test_parameters_are_counted_and_small_for_a_real_model() -> None:
     with torch.device("meta"):
         predictor = Eagle3Predictor(
             PredictorConfig.for_base(base, draft_vocab_size=2048, intermediate_size=1024),
-            base.get_input_embeddings().weight,
+            token_rows(base),
         )
     stored = sum(v.numel() for k, v in predictor.state_dict().items() if k not in ("d2t", "t2d"))
     assert predictor.num_parameters == stored

@@ -107,3 +107,17 @@ def load_engine(args: argparse.Namespace, profile: bool = True) -> Engine:
         threads=args.threads,
         profile=profile,
     )
+
+
+def model_flags(args: argparse.Namespace) -> list[str]:
+    """The model options in `args` that differ from their defaults, as flags (a report's command must say that a run
+    was int4, or drafted by a small model). --model is left to the caller."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_model_options(parser)
+    flags: list[str] = []
+    for action in parser._actions:
+        value = getattr(args, action.dest, action.default)
+        if action.dest == "model" or value == action.default:
+            continue
+        flags += [action.option_strings[0]] + ([] if isinstance(value, bool) else [str(value)])
+    return flags

@@ -37,6 +37,7 @@ class BenchOptions:
     scenarios: list[str] | None = None  # subset of the LoPA scenarios (implies lopa_table)
     chat: bool | None = None  # None: the chat template when the model has one
     model: str | None = None  # the --model spec, to find its GGUF for llama.cpp
+    model_flags: list[str] = field(default_factory=list)  # the other model options given (--dtype int4, ...)
     gguf: str | None = None
     gguf_precision: str = "shipped"  # the llama.cpp methods' weights: the GGUF as shipped, or lopa's f32 / bf16 copy
     llamacpp_flash_attn: bool = False
@@ -67,6 +68,8 @@ class BenchOptions:
         ):
             if value is not None:
                 argv += [flag, str(value)]
+            if flag == "--model":
+                argv += self.model_flags
         argv += ["--seed", str(self.seed), "--methods", ",".join(self.methods)]
         if self.lopa_table or self.scenarios:
             argv += ["--lopa-table"] + (["--scenarios", ",".join(self.scenarios)] if self.scenarios else [])
@@ -135,7 +138,7 @@ def run_benchmark(engine, opts: BenchOptions) -> dict:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {
             "model": engine.loaded.name,
-            "dtype": str(engine.model.dtype).removeprefix("torch."),
+            "dtype": getattr(engine.model, "lopa_precision", None) or str(engine.model.dtype).removeprefix("torch."),
             "device": str(engine.model.device),
             "threads": torch.get_num_threads(),
             "data": opts.data,

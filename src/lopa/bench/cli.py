@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli_options import add_model_options, load_engine
+from ..cli_options import add_model_options, load_engine, model_flags
 from . import batch, profile_cli, serve
 from .data import LOPA_SCENARIOS
 from .methods import ALL_METHODS, parse_methods
@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         scenarios=_csv(args.scenarios),
         chat=False if args.no_chat else None,
         model=args.model,
+        model_flags=model_flags(args),
         gguf=args.gguf,
         gguf_precision=args.gguf_precision,
         llamacpp_flash_attn=args.llamacpp_flash_attn,

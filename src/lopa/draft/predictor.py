@@ -20,6 +20,7 @@ nodes only, each attending to the committed rows and to its own ancestors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -106,7 +107,8 @@ def _eagle3_layer(config: LlamaConfig) -> LlamaDecoderLayer:
 class Eagle3Predictor(nn.Module):
     """fc + one decoder layer + norm + lm_head over the draft vocabulary, on the base's frozen embedding."""
 
-    def __init__(self, config: PredictorConfig, embedding: torch.Tensor):
+    def __init__(self, config: PredictorConfig, token_rows: Callable[[torch.Tensor], torch.Tensor]):
+        """`token_rows`: the base's input embedding rows of token ids (models.loading.token_rows)."""
         super().__init__()
         self.config = config
         layer_config = config.layer_config()
@@ -120,12 +122,11 @@ class Eagle3Predictor(nn.Module):
         self.rotary = LlamaRotaryEmbedding(layer_config)  # no persistent state
         self.set_vocab(torch.arange(config.draft_vocab_size))
         self.float()
-        self.attach(embedding)
+        self._token_rows = token_rows  # the base's own matrix, read a few rows a step: no copy of it is held
 
-    def attach(self, embedding: torch.Tensor) -> None:
-        """Share the base's input embedding [vocab, target hidden] (an fp32 copy only if it runs in another dtype)."""
-        emb = embedding.detach()
-        self.embedding = emb if emb.dtype == torch.float32 else emb.float()
+    def token_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The base's input embedding of `tokens`, in fp32 (the predictor's dtype whatever the base runs in)."""
+        return self._token_rows(tokens).float()
 
     def set_vocab(self, target_ids: torch.Tensor) -> None:
         """Make the sorted target ids `target_ids` [draft_vocab] the draft vocabulary."""
@@ -166,7 +167,7 @@ class Eagle3Predictor(nn.Module):
         [B or 1, 1, T, keys] over the cache's rows and these. Returns (draft logits [B, T, draft_vocab],
         output features [B, T, hidden]: what the next draft step reads)."""
         layer = self.layers[0]
-        x = torch.cat([layer.input_layernorm(self.embedding[tokens]), layer.hidden_norm(features)], -1)
+        x = torch.cat([layer.input_layernorm(self.token_embedding(tokens)), layer.hidden_norm(features)], -1)
         attn, _ = layer.self_attn(
             hidden_states=x, position_embeddings=self.rotary(x, positions), attention_mask=mask, cache=cache
         )

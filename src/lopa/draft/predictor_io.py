@@ -51,6 +51,7 @@ from safetensors.torch import save_file
 from ..errors import ModelLoadError
 from ..models.catalog import CATALOG
 from ..models.fastlinear import PackedLinear, packing_available, replace_linears
+from ..models.loading import token_rows
 from .files import model_identity, read_config_json, read_weights
 from .predictor import Eagle3Predictor, PredictorConfig, default_aux_layers
 
@@ -227,7 +228,7 @@ def load_predictor(path: Path | str, model) -> Eagle3Predictor:
         raise ModelLoadError(f"predictor path {path} does not exist or is not a directory")
     config = _read_config(path, model)
     tensors = _read_weights(path, config)
-    predictor = Eagle3Predictor(config, model.get_input_embeddings().weight)
+    predictor = Eagle3Predictor(config, token_rows(model))
     try:
         predictor.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:  # missing keys or shape mismatches
@@ -237,5 +238,4 @@ def load_predictor(path: Path | str, model) -> Eagle3Predictor:
     ids = predictor.draft_ids
     if int(ids.min()) < 0 or int(ids.max()) >= predictor.t2d.numel():
         raise ModelLoadError(f"{path / WEIGHTS} maps draft ids outside the target vocabulary")
-    device = model.get_input_embeddings().weight.device
-    return predictor.to(device).eval().requires_grad_(False)
+    return predictor.to(model.device).eval().requires_grad_(False)

@@ -10,6 +10,7 @@ each part must read (weights, the KV cache) over the measured copy bandwidth.
 
 from __future__ import annotations
 
+from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from .profile import chain, forward_latency
@@ -48,18 +49,23 @@ def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
     return totals
 
 
+def weight_bytes(module: nn.Module) -> int:
+    """Bytes of a module's own weights as a forward reads them: its matrix parameters, or, for a quantized layer
+    that holds none (int4 codes, a Q8_0 vocabulary), its buffers: codes, scales, offsets."""
+    tensors = [p for p in module.parameters(recurse=False) if p.dim() == 2] or list(module.buffers(recurse=False))
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def floors(runner: Runner, tokens: int, prefix: int, bandwidth: float) -> dict[str, float]:
     """Seconds each part needs at `bandwidth` bytes/s: weights read once, the KV cache read once."""
     model, cfg = runner.model, runner.config
-    head = model.get_output_embeddings().weight
-    head_bytes = head.numel() * head.element_size()
-    decoder = {id(p): p.numel() * p.element_size() for p in model.get_decoder().parameters() if p.dim() == 2}
-    decoder.pop(id(model.get_input_embeddings().weight), None)  # the embedding is gathered, not multiplied
+    embedding = model.get_input_embeddings()  # gathered, not multiplied
+    decoder = sum(weight_bytes(m) for m in model.get_decoder().modules() if m is not embedding)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * (prefix + tokens) * head.element_size()
+    kv_bytes = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * (prefix + tokens) * model.dtype.itemsize
     return {
-        "matmul": sum(decoder.values()) / bandwidth,
-        "vocab": head_bytes / bandwidth,
+        "matmul": decoder / bandwidth,
+        "vocab": weight_bytes(model.get_output_embeddings()) / bandwidth,
         "attention": kv_bytes / bandwidth,
     }
 

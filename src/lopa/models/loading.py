@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from ..errors import ModelLoadError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
 from .int4 import INT4, Int4Linear, quantize_int4
-from .q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
+from .q8_vocabulary import Q8Embedding, Q8Vocabulary, keep_q8_vocabulary
 from .quantize import INT8, quantize_int8
 
 
@@ -49,6 +50,16 @@ def embedding_fingerprint(weight: torch.Tensor) -> str:
     emb = weight.detach().float()
     sample = emb[:: max(1, emb.shape[0] // 512)].contiguous().cpu().numpy().tobytes()
     return hashlib.sha256(sample).hexdigest()[:16]
+
+
+def token_rows(model: PreTrainedModel) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The rows of the model's input embedding matrix for token ids, unscaled (Gemma scales its own lookups), read
+    in place: a drafter on the base's embedding needs a few rows a step, not a copy of the matrix (a Q8_0
+    vocabulary dequantizes just those rows)."""
+    embedding = model.get_input_embeddings()
+    if isinstance(embedding, Q8Embedding):
+        return embedding.forward
+    return lambda ids: embedding.weight[ids]
 
 
 def default_dtype(device: str) -> torch.dtype:

@@ -38,7 +38,7 @@ from transformers import DynamicCache
 
 from ..draft.predictor import Eagle3Predictor, PredictorConfig, causal
 from ..draft.predictor_io import load_predictor, save_predictor
-from ..models.loading import embedding_fingerprint
+from ..models.loading import embedding_fingerprint, token_rows
 
 STATE = "trainer_state.pt"
 LOG = "train_log.jsonl"
@@ -285,7 +285,7 @@ def train_predictor(
         state = torch.load(out / STATE, weights_only=True)  # tensors and plain values only: no pickled code
     else:
         config = PredictorConfig.for_base(model, aux_layers, draft_vocab_size, intermediate_size, name)
-        predictor = Eagle3Predictor(config, model.get_input_embeddings().weight).train()
+        predictor = Eagle3Predictor(config, token_rows(model)).train()
         predictor.set_vocab(_draft_vocab(data, predictor.t2d.numel(), predictor.config.draft_vocab_size))
         state = None
     steps_per_epoch = -(-len(data) // settings.batch_size)
