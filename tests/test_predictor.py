@@ -216,6 +216,7 @@ def test_save_load_round_trip_and_refusals(model, tmp_path) -> None:
 def test_training_lowers_the_loss_and_learns_the_next_token(model, trained) -> None:
     predictor, log, sequences, out = trained
     assert log[-1]["loss"] < 0.5 * log[0]["loss"]
+    assert [n for n, p in model.named_parameters() if p.grad is not None] == []  # the base stays untouched
     rows = teacher_force(model, sequences, AUX)
     assert accuracy(untrained(model), rows)[0] < 0.2
     assert accuracy(predictor, rows)[0] > 0.6  # chance is 1/32

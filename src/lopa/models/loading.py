@@ -55,11 +55,11 @@ def embedding_fingerprint(weight: torch.Tensor) -> str:
 def token_rows(model: PreTrainedModel) -> Callable[[torch.Tensor], torch.Tensor]:
     """The rows of the model's input embedding matrix for token ids, unscaled (Gemma scales its own lookups), read
     in place: a drafter on the base's embedding needs a few rows a step, not a copy of the matrix (a Q8_0
-    vocabulary dequantizes just those rows)."""
+    vocabulary dequantizes just those rows). Detached: a drafter trained on them leaves the base's weights alone."""
     embedding = model.get_input_embeddings()
     if isinstance(embedding, Q8Embedding):
         return embedding.forward
-    return lambda ids: embedding.weight[ids]
+    return lambda ids: embedding.weight.detach()[ids]
 
 
 def default_dtype(device: str) -> torch.dtype:
