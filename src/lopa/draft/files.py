@@ -20,7 +20,7 @@ def model_identity(model, name: str = "") -> dict:
     emb = model.get_input_embeddings().weight
     return {
         "hidden_size": cfg.get_text_config().hidden_size,
-        "vocab_size": model.get_output_embeddings().weight.shape[0],
+        "vocab_size": model.get_output_embeddings().out_features,
         "architecture": (cfg.architectures or [type(model).__name__])[0],
         "fingerprint": embedding_fingerprint(emb),
         "fingerprints": [embedding_fingerprint(emb.to(dtype)) for dtype in (torch.float16, torch.bfloat16)],

@@ -64,7 +64,7 @@ class PredictorConfig:
         aux = list(aux_layers) if aux_layers is not None else default_aux_layers(n)
         if not aux or min(aux) < 0 or max(aux) > n:
             raise ValueError(f"aux_layers {aux} must be hidden_states indices in 0..{n}")
-        vocab = model.get_output_embeddings().weight.shape[0]
+        vocab = model.get_output_embeddings().out_features  # a Q8_0 vocabulary builds its .weight on access
         heads = text.num_attention_heads
         rope = getattr(text, "rope_parameters", None)
         layer = LlamaConfig(
