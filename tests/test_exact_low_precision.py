@@ -17,10 +17,12 @@ from lopa import DraftConfig, Engine
 from lopa.models import native
 from lopa.models.breakdown import weight_bytes
 from lopa.models.fastkernels import row_invariant
-from lopa.models.int4 import Int4Linear, _tile_kernel, unpack_blocks
-from lopa.models.loading import source_gguf
+from lopa.models.gguf_precision import full_precision_gguf
+from lopa.models.gguf_tensors import GGUFTensors
+from lopa.models.int4 import Int4Linear, _tile_kernel, quantize_int4, unpack_blocks
+from lopa.models.loading import load_model, source_gguf
 from lopa.models.ordered_attention import ordered_attention
-from lopa.models.q8_vocabulary import Q8Vocabulary
+from lopa.models.q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
 from tests.prompts import FAST, accepted_by_source
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
@@ -170,6 +172,40 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     weights = sum(m.in_features * m.out_features for m in layers)
     assert weights / 2 < sum(weight_bytes(m) for m in layers) <= weights * 3 / 4
     assert int4.loaded.num_parameters == engine.loaded.num_parameters
+
+
+def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return dict(model.named_parameters()) | dict(model.named_buffers())
+
+
+def _assert_same_tensors(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
+    ours, theirs = _tensors(ours), _tensors(theirs)
+    assert ours.keys() == theirs.keys()
+    differ = [
+        name for name in ours if ours[name].dtype != theirs[name].dtype or not torch.equal(ours[name], theirs[name])
+    ]
+    assert not differ
+
+
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_int4_from_the_gguf_equals_int4_from_transformers_conversion(precision: str | None) -> None:
+    """An int4 model is built from its GGUF without the fp32 copy: every tensor equals what a bf16 load of
+    transformers' conversion holds once quantized the same way. The shipped Q4_1 file (its 4-bit blocks and
+    Q8_0 vocabulary kept), and its BF16 rewrite, whose every linear layer lopa quantizes from the file's
+    dequantized weights and whose bf16 embedding is read a slab of rows at a time."""
+    source = source_gguf(None) if precision is None else full_precision_gguf(source_gguf(None), precision)
+    ours = load_model(str(source), dtype="int4", fast=False)
+    assert ours.path == source  # the file itself, for a draft model "self"
+    reference = load_model(None, dtype=torch.bfloat16, fast=False).model
+    if precision is None:
+        tensors = GGUFTensors(source, reference)
+        keep_q8_vocabulary(reference, tensors.reader)
+        quantize_int4(reference, tensors)
+        assert reference.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0}
+    else:
+        assert quantize_int4(reference) == {"from_file": 0, "quantized_by_lopa": 210}
+    assert ours.model.lopa_int4_layers["from_file"] == reference.lopa_int4_layers["from_file"]
+    _assert_same_tensors(ours.model, reference)
 
 
 @pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here")

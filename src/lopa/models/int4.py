@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from functools import cache
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gguf
 import numpy as np
@@ -23,11 +23,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
-from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
 
 from ..errors import UnsupportedModelError
 from . import native
 from .fastlinear import replace_linears
+
+if TYPE_CHECKING:
+    from .gguf_tensors import GGUFTensors
 
 INT4 = "int4"
 GROUP = 32
@@ -189,30 +191,6 @@ def unpack_blocks(data: np.ndarray, kind: gguf.GGMLQuantizationType, rows: int):
     raise ValueError(f"{kind.name} is not a 4-bit block type")
 
 
-def _row_order(processor: TensorProcessor, gguf_name: str, rows: int) -> np.ndarray:
-    """The order transformers puts a GGUF tensor's rows in (it un-permutes Llama's q/k rows for rotary)."""
-    index = np.arange(rows, dtype=np.float64)[:, None]
-    return processor.process(weights=index, name=gguf_name).weights[:, 0].astype(np.int64)
-
-
-def gguf_blocks(model: PreTrainedModel, path: Path) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """HF parameter name -> (codes, scale, low) for every 4-bit weight of the GGUF at `path`, rows in HF order."""
-    reader = gguf.GGUFReader(path)
-    processor = TENSOR_PROCESSORS.get(model.config.model_type, TensorProcessor)(config=model.config.to_dict())
-    names = get_gguf_hf_weights_map(model, processor)
-    found = {}
-    for tensor in reader.tensors:
-        if tensor.tensor_type not in FOUR_BIT or tensor.name not in names:
-            continue
-        rows = int(tensor.shape[-1])
-        codes, scale, zero = unpack_blocks(np.asarray(tensor.data), tensor.tensor_type, rows)
-        order = _row_order(processor, tensor.name, rows)
-        found[names[tensor.name]] = tuple(
-            torch.from_numpy(np.ascontiguousarray(a[order])) for a in (codes, scale, zero)
-        )
-    return found
-
-
 def return_freed_memory() -> None:
     """Hand the load's freed transients (bf16 weights, unpacked codes) back to the OS: glibc keeps them in its arenas
     otherwise, and the process would stay ~2x its weights (measured: docs/bench/exact-low-precision/memory.log)."""
@@ -222,21 +200,26 @@ def return_freed_memory() -> None:
         trim(0)
 
 
-def quantize_int4(model: PreTrainedModel, source_gguf: Path | None = None) -> dict[str, int]:
-    """The decoder's linear layers as Int4Linear (in place), from the GGUF's 4-bit blocks where it has them;
-    everything else runs in bf16. Returns how many layers came from the file and how many lopa quantized."""
+def quantize_int4(model: PreTrainedModel, tensors: GGUFTensors | None = None) -> dict[str, int]:
+    """The decoder's linear layers as Int4Linear (in place), one at a time: from the GGUF's 4-bit blocks where
+    `tensors` has them, else quantized by lopa from the file's other weights (dequantized, rounded to bf16 as a
+    bf16 load would) or, without a file, from the model's own. Everything else runs in bf16. Returns how many
+    layers came from the file and how many lopa quantized."""
     if model.device.type != "cpu" or model.dtype != torch.bfloat16:
         raise UnsupportedModelError("int4 needs a bf16 model on the CPU (--device cpu)")
-    blocks = gguf_blocks(model, source_gguf) if source_gguf is not None else {}
     names = {id(module): name for name, module in model.named_modules()}
     counts = {"from_file": 0, "quantized_by_lopa": 0}
 
     def make(linear: nn.Linear) -> Int4Linear:
         if linear.in_features % GROUP:
             raise UnsupportedModelError(f"int4 needs input sizes that are multiples of {GROUP}")
-        stored = blocks.pop(f"{names[id(linear)]}.weight", None)  # each layer's arrays freed once repacked
+        name = f"{names[id(linear)]}.weight"
+        stored = tensors.blocks(name) if tensors is not None else None
         counts["from_file" if stored else "quantized_by_lopa"] += 1
-        return Int4Linear(*stored, linear.bias) if stored else Int4Linear.from_weight(linear.weight, linear.bias)
+        if stored:
+            return Int4Linear(*stored, linear.bias)
+        weight = tensors.dequantized(name).bfloat16() if tensors is not None else linear.weight
+        return Int4Linear.from_weight(weight, linear.bias)
 
     replace_linears(model.get_decoder(), make)
     return_freed_memory()

@@ -1,7 +1,7 @@
 """Load a causal LM from a catalog name, a local HF directory or a GGUF file.
 
-GGUF files are dequantised by transformers once and cached as an fp32 safetensors copy,
-so later loads are much faster.
+GGUF files are dequantised by transformers once and cached as an fp32 safetensors copy, so later loads are much
+faster; an int4 model is built from the GGUF itself (its 4-bit blocks kept), without that copy.
 """
 
 from __future__ import annotations
@@ -13,13 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers import logging as hf_logging
+from transformers.initialization import no_init_weights
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, UnsupportedModelError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
-from .int4 import INT4, Int4Linear, quantize_int4
+from .gguf_tensors import GGUFTensors
+from .int4 import INT4, Int4Linear, quantize_int4, return_freed_memory
 from .q8_vocabulary import Q8Embedding, Q8Vocabulary, keep_q8_vocabulary
 from .quantize import INT8, quantize_int8
 
@@ -66,28 +76,32 @@ def default_dtype(device: str) -> torch.dtype:
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
-def _gguf_cache_dir(gguf: Path) -> Path:
+def _gguf_cache_dir(gguf: Path, kind: str) -> Path:
     stat = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_root() / "converted" / f"{gguf.stem}-{key}"
+    return cache_root() / kind / f"{gguf.stem}-{key}"
 
 
-def _convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantise a GGUF through transformers and save it as fp32 safetensors."""
+def _convert_gguf(gguf: Path, out_dir: Path, weights: bool) -> None:
+    """Save the GGUF's config and tokenizer as transformers reads them (parsing a large vocabulary takes seconds:
+    done once) and, with `weights`, its tensors dequantized by transformers as fp32 safetensors."""
     hf_logging.enable_progress_bar()  # minutes for a 1B+ model: show transformers' bars on stderr
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        if weights:
+            saved = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            # save_pretrained refuses quantizer-backed models; the weights are already plain fp32.
+            saved.hf_quantizer = None
+            if hasattr(saved.config, "quantization_config"):
+                del saved.config.quantization_config
+        else:
+            saved = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
     except Exception as exc:  # transformers raises many types for a bad file
         raise ModelLoadError(f"{gguf} is not a readable GGUF model: {exc}") from exc
     finally:
         hf_logging.disable_progress_bar()
-    # save_pretrained refuses quantizer-backed models; the weights are already plain fp32.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
     tmp = out_dir.with_name(out_dir.name + ".tmp")
-    model.save_pretrained(tmp, safe_serialization=True)
+    saved.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     tmp.rename(out_dir)
 
@@ -101,8 +115,9 @@ def source_gguf(spec: str | None) -> Path | None:
     return path if path.suffix == ".gguf" else None
 
 
-def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
-    """Map a model spec to (display name, local HF directory), converting GGUFs on first use."""
+def resolve_model_dir(spec: str | None, weights: bool = True) -> tuple[str, Path]:
+    """Map a model spec to (display name, local HF directory), converting GGUFs on first use; without `weights`,
+    a GGUF's directory holds only its config and tokenizer (for a model built from the file itself)."""
     spec = spec or DEFAULT_MODEL
     if spec not in CATALOG:
         path = Path(spec).expanduser()
@@ -116,11 +131,37 @@ def resolve_model_dir(spec: str | None) -> tuple[str, Path]:
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is neither a model directory nor a .gguf file")
     gguf = source_gguf(spec)
-    out_dir = _gguf_cache_dir(gguf)
+    out_dir = _gguf_cache_dir(gguf, "converted" if weights else "gguf-metadata")
     if not out_dir.exists():
         out_dir.parent.mkdir(parents=True, exist_ok=True)
-        _convert_gguf(gguf, out_dir)
+        _convert_gguf(gguf, out_dir, weights)
     return spec if spec in CATALOG else gguf.stem, out_dir
+
+
+def _int4_from_gguf(config: PretrainedConfig, gguf: Path) -> PreTrainedModel:
+    """The int4 model built from its GGUF without an fp32 copy: a bf16 skeleton left uninitialised (its large
+    matrices are never touched, so never resident) takes the file's embeddings, norms and biases, then each
+    decoder linear layer becomes an Int4Linear from the file, and a tied Q8_0 vocabulary stays Q8_0 where it can.
+    The weights equal those of a bf16 load of transformers' conversion, quantized the same way (tested)."""
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
+    model.tie_weights()  # from_pretrained ties them after loading; here they must be tied before filling
+    model.eval().requires_grad_(False)
+    tensors = GGUFTensors(gguf, model)
+    vocabulary = "q8_0" if keep_q8_vocabulary(model, tensors.reader) else "bf16"
+    linears = {module for module in model.get_decoder().modules() if type(module) is nn.Linear}
+    linear_weights = {f"{name}.weight" for name, module in model.named_modules() if module in linears}
+    for name, parameter in model.named_parameters():  # tied parameters once
+        if name in linear_weights:
+            continue  # quantize_int4 reads them, one layer at a time
+        if name not in tensors:
+            raise ModelLoadError(f"{gguf} has no tensor for the model's {name}")
+        tensors.read_into(name, parameter)
+    quantize_int4(model, tensors)
+    model.lopa_int4_layers["vocabulary"] = vocabulary
+    del tensors  # the reader's parsed metadata (a vocabulary's worth of small arrays)
+    return_freed_memory()
+    return model
 
 
 def load_model(
@@ -144,25 +185,31 @@ def load_model(
     hf_logging.disable_progress_bar()
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError(f"device {device!r} asked for, but this torch build sees no CUDA device")
-    name, path = resolve_model_dir(spec)
     int8, int4 = dtype == INT8, dtype == INT4
+    if int4 and torch.device(device).type != "cpu":
+        raise UnsupportedModelError("int4 runs on the CPU only (--device cpu)")
+    gguf = source_gguf(spec) if int4 else None  # an int4 model is built from its GGUF itself
+    name, path = resolve_model_dir(spec, weights=gguf is None)
     dtype = torch.float32 if int8 else torch.bfloat16 if int4 else dtype or default_dtype(device)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
-        )
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if gguf is None:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            )
     except Exception as exc:  # safetensors, json and transformers each raise their own types
         raise ModelLoadError(f"could not load a causal LM from {path}: {exc}") from exc
-    model.to(device).eval()
-    model.requires_grad_(False)
+    if gguf is not None:
+        model, path = _int4_from_gguf(config, gguf), gguf
+    else:
+        model.to(device).eval()
+        model.requires_grad_(False)
     if int8:
         quantize_int8(model)
-    if int4:
-        source = source_gguf(spec)
-        quantize_int4(model, source)
-        model.lopa_int4_layers["vocabulary"] = "q8_0" if source and keep_q8_vocabulary(model, source) else "bf16"
+    if int4 and gguf is None:
+        quantize_int4(model)
+        model.lopa_int4_layers["vocabulary"] = "bf16"
     if fast:
         use_fast_kernels(model)
     return LoadedModel(model, tokenizer, name, path, time.perf_counter() - start)

@@ -11,8 +11,6 @@ loader gives (code * scale in fp32, rounded once).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gguf
 import numpy as np
 import torch
@@ -78,10 +76,9 @@ class Q8Embedding(nn.Module):
         return self._vocabulary[0].rows(ids.reshape(-1)).view(*ids.shape, self.embedding_dim)
 
 
-def q8_blocks(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+def q8_blocks(reader: gguf.GGUFReader) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The GGUF's token embedding as (codes [vocab, hidden] int8, scale [vocab, hidden / 32] fp32) when it is
     Q8_0, else None. Its rows are token ids in order (no reordering applies to it)."""
-    reader = gguf.GGUFReader(path)
     tensor = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if tensor is None or tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
         return None
@@ -91,7 +88,7 @@ def q8_blocks(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
     return torch.from_numpy(codes), torch.from_numpy(scale)
 
 
-def keep_q8_vocabulary(model: PreTrainedModel, path: Path) -> bool:
+def keep_q8_vocabulary(model: PreTrainedModel, reader: gguf.GGUFReader) -> bool:
     """Swap a tied bf16 embedding/projection for the file's Q8_0 blocks (in place), where the AMX kernel runs and
     the model's embedding is a plain lookup (Gemma scales its own); returns whether it did."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
@@ -101,7 +98,7 @@ def keep_q8_vocabulary(model: PreTrainedModel, path: Path) -> bool:
     vocab, hidden = embedding.weight.shape
     if vocab % PANEL or hidden % (2 * GROUP):
         return False
-    blocks = q8_blocks(path)
+    blocks = q8_blocks(reader)
     if blocks is None:
         return False
     vocabulary = Q8Vocabulary(*blocks)
