@@ -261,6 +261,17 @@ def test_lookahead_is_plain_decoding(precision: str, request) -> None:
     assert [r.token_ids for r in batch] == [engine.generate(p, max_new_tokens=24).token_ids for p in prompts[:2]]
 
 
+def test_an_int4_target_drafts_with_its_own_int4_copy(int4: Engine) -> None:
+    """Under an int4 target the draft model defaults to int4 (its step ~0.6x int8's), built from its GGUF ('self':
+    the target's own file): output equals plain decoding, and the copy's drafts are accepted."""
+    drafted = Engine(int4.loaded, DraftConfig(draft_model="self", use_predictor=False, always_draft=True))
+    assert drafted.draft_model_source == str(source_gguf(None))
+    assert drafted.draft_model.lopa_precision == "int4" and drafted.draft_model is not int4.model
+    result = drafted.generate(FAST[0].text, max_new_tokens=32)
+    assert result.token_ids == int4.generate(FAST[0].text, max_new_tokens=32, method="ar").token_ids
+    assert result.stats.drafters["draft"]["chain_acceptance"] > 0.5
+
+
 def test_generate_on_the_same_model_is_plain_decoding(int4: Engine, stock) -> None:
     """transformers' generate() over the int4 model (no mask: lopa's attention makes the causal one) is plain
     decoding's output, so `lopa bench`'s `hf` reference and `ar` agree at this precision too."""

@@ -26,8 +26,10 @@ from .draft.registry import new_drafters
 from .errors import InvalidRequestError, ModelLoadError
 from .models.compiled import buckets_up_to, compile_model, cuda_graph_capacity
 from .models.fastkernels import row_invariant
+from .models.int4 import INT4
 from .models.loading import LoadedModel, load_model
 from .models.profile import TREE_SIZES, forward_latency, load_or_measure_surface
+from .models.quantize import INT8
 from .models.runner import Runner
 from .models.threads import apply_threads
 
@@ -194,11 +196,16 @@ class Engine:
     def draft_model(self) -> torch.nn.Module:
         """DraftConfig.draft_model, loaded on first use; each sequence drafts through its own Runner over it."""
         if self._draft_model is None:
-            dtype = self.draft.draft_model_dtype or ("int8" if self.runner.device.type == "cpu" else self.model.dtype)
+            dtype = self.draft.draft_model_dtype or self._default_draft_dtype()
             dtype = getattr(torch, dtype) if dtype in ("bfloat16", "float32") else dtype
             loaded = load_model(self.draft_model_source, device=str(self.runner.device), dtype=dtype)
             self.use_draft_model(loaded.model, loaded.tokenizer)
         return self._draft_model
+
+    def _default_draft_dtype(self) -> torch.dtype | str:
+        if getattr(self.model, "lopa_precision", None) == INT4:
+            return INT4
+        return INT8 if self.runner.device.type == "cpu" else self.model.dtype
 
     def use_draft_model(self, model: torch.nn.Module, tokenizer) -> None:
         """Draft with `model` (already loaded, in any precision); its tokenizer must be the target's."""

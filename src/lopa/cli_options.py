@@ -74,9 +74,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--draft-dtype",
-        choices=["int8", "bfloat16", "float32"],
+        choices=["int4", "int8", "bfloat16", "float32"],
         default=None,
-        help="the draft model's precision (default: int8 on CPU, the target's on CUDA); output is unchanged",
+        help="the draft model's precision (default: int4 under an int4 target, else int8 on CPU, the target's on "
+        "CUDA); output is unchanged",
     )
 
 

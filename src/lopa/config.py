@@ -21,7 +21,7 @@ SAMPLING_OPTIONS = (
     "ignore_eos",
 )
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
-DRAFT_DTYPES = (None, "int8", "bfloat16", "float32")
+DRAFT_DTYPES = (None, "int4", "int8", "bfloat16", "float32")
 
 
 @dataclass
@@ -106,7 +106,9 @@ class DraftConfig:
     # a model sharing the target's tokenizer drafts chains: catalog name, HF directory or .gguf; "self" = the
     # target itself (in draft_model_dtype). Lossless: the target verifies every token. See draft/draft_model.py
     draft_model: str | None = None
-    draft_model_dtype: str | None = None  # "int8", "bfloat16", "float32"; None: int8 on CPU, the target's dtype on CUDA
+    # "int4", "int8", "bfloat16", "float32"; None: int4 under an int4 target (its step 0.6x int8's:
+    # docs/bench/draft-int4/step.log), else int8 on CPU, the target's dtype on CUDA
+    draft_model_dtype: str | None = None
     draft_depth: int = 4  # the draft model's first chain length (one draft forward per token); it then adapts
     draft_alternatives: int = 1  # the draft model's runner-up tokens proposed as one-token branches at each depth
     ngram_size: int = 4  # N of the Jacobi/lookahead n-gram pool
