@@ -265,7 +265,7 @@ def test_an_int4_target_drafts_with_its_own_int4_copy(int4: Engine) -> None:
     """Under an int4 target the draft model defaults to int4 (its step ~0.6x int8's), built from its GGUF ('self':
     the target's own file): output equals plain decoding, and the copy's drafts are accepted."""
     drafted = Engine(int4.loaded, DraftConfig(draft_model="self", use_predictor=False, always_draft=True))
-    assert drafted.draft_model_source == str(source_gguf(None))
+    assert drafted.draft_model_source == str(source_gguf(None)) and drafted.draft_model_dtype == "int4"
     assert drafted.draft_model.lopa_precision == "int4" and drafted.draft_model is not int4.model
     result = drafted.generate(FAST[0].text, max_new_tokens=32)
     assert result.token_ids == int4.generate(FAST[0].text, max_new_tokens=32, method="ar").token_ids

@@ -196,16 +196,21 @@ class Engine:
     def draft_model(self) -> torch.nn.Module:
         """DraftConfig.draft_model, loaded on first use; each sequence drafts through its own Runner over it."""
         if self._draft_model is None:
-            dtype = self.draft.draft_model_dtype or self._default_draft_dtype()
+            dtype = self.draft_model_dtype
             dtype = getattr(torch, dtype) if dtype in ("bfloat16", "float32") else dtype
             loaded = load_model(self.draft_model_source, device=str(self.runner.device), dtype=dtype)
             self.use_draft_model(loaded.model, loaded.tokenizer)
         return self._draft_model
 
-    def _default_draft_dtype(self) -> torch.dtype | str:
+    @property
+    def draft_model_dtype(self) -> str:
+        """The draft model's precision: DraftConfig.draft_model_dtype, else int4 under an int4 target, int8 on
+        CPU, the target's dtype on CUDA."""
+        if self.draft.draft_model_dtype:
+            return self.draft.draft_model_dtype
         if getattr(self.model, "lopa_precision", None) == INT4:
             return INT4
-        return INT8 if self.runner.device.type == "cpu" else self.model.dtype
+        return INT8 if self.runner.device.type == "cpu" else str(self.model.dtype).removeprefix("torch.")
 
     def use_draft_model(self, model: torch.nn.Module, tokenizer) -> None:
         """Draft with `model` (already loaded, in any precision); its tokenizer must be the target's."""

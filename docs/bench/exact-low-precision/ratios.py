@@ -13,6 +13,7 @@ for path in sys.argv[1:]:
     ratios = {
         f"{a}/{b}": statistics.median(p["runs"][a]["tokens_per_s"] / p["runs"][b]["tokens_per_s"] for p in prompts)
         for a, b in PAIRS
+        if {a, b} <= prompts[0]["runs"].keys()  # the methods this run had
     }
     same = sum(p["runs"]["lopa"].get("token_ids") == p["runs"]["ar"].get("token_ids") for p in prompts)
     print(path, {k: round(v, 3) for k, v in ratios.items()}, f"lopa tokens == ar tokens on {same}/{len(prompts)}")

@@ -149,7 +149,7 @@ def run_benchmark(engine, opts: BenchOptions) -> dict:
             "max_new_tokens": None if opts.lopa_table or opts.scenarios else opts.max_new_tokens,
             "lopa_table": bool(opts.lopa_table or opts.scenarios),
             "draft_model": engine.draft.draft_model,
-            "draft_dtype": engine.draft.draft_model_dtype,
+            "draft_dtype": engine.draft_model_dtype if engine.draft.draft_model else None,
             "gguf_precision": opts.gguf_precision,
             "llamacpp_flash_attn": opts.llamacpp_flash_attn,
             "methods": opts.methods,
