@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from lopa import Engine
@@ -15,7 +15,7 @@ from lopa.config import DraftConfig
 from lopa.models.attention import TREE_ATTENTION, tree_attention
 from lopa.models.compiled import compile_model
 from lopa.models.fastkernels import stock_twin, use_fast_kernels
-from lopa.models.fastlinear import PackedLinear
+from lopa.models.fastlinear import PackedLinear, pack_linears
 from lopa.models.loading import LoadedModel
 from lopa.models.quantize import Int8Linear
 from lopa.models.runner import Runner
@@ -59,7 +59,31 @@ def test_packed_linear_is_exact_and_row_invariant() -> None:
             torch.testing.assert_close(out, linear(x[:rows]), rtol=1e-5, atol=1e-5)
             assert torch.equal(out[:1], alone), f"row 0 changed with {rows} rows"
         torch.testing.assert_close(layer(x.view(4, 25, 80)), linear(x).view(4, 25, 96), rtol=1e-5, atol=1e-5)
-    assert layer.weight is linear.weight  # one parameter: fingerprints and tied embeddings see the same model
+    assert not layer.holds_weight and torch.equal(layer.weight, linear.weight)  # rebuilt from the packed copy
+    assert PackedLinear(linear, keep_weight=True).weight is linear.weight  # one parameter for a stock twin or a tie
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_packed_layers_keep_the_plain_weight_only_where_it_is_read(quantized: bool, tied: bool) -> None:
+    """A model with a stock twin (not quantized) keeps every plain weight beside its packed copy; a quantized one
+    keeps only a weight another module shares (the vocabulary tied to the embedding), the rest held packed."""
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, tie_word_embeddings=tied,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    if quantized:
+        model.lopa_precision = "int4"
+    plain = {name: p.detach().clone() for name, p in model.named_parameters()}
+    pack_linears(model)
+    layers = dict(model.named_modules())
+    packed = {name: m for name, m in layers.items() if isinstance(m, PackedLinear)}
+    assert len(packed) == 8  # q, k, v, o, gate, up, down, lm_head
+    for name, layer in packed.items():
+        tied_head = tied and name == "lm_head"
+        assert layer.holds_weight == (not quantized or tied_head), name
+        assert torch.equal(layer.weight, plain["model.embed_tokens.weight" if tied_head else f"{name}.weight"])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -17,13 +17,12 @@ from ..models.loading import embedding_fingerprint
 def model_identity(model, name: str = "") -> dict:
     """What a draft file records about its base model (a PreTrainedModel): sizes, architecture, weight fingerprints."""
     cfg = model.config
-    emb = model.get_input_embeddings().weight
     return {
         "hidden_size": cfg.get_text_config().hidden_size,
         "vocab_size": model.get_output_embeddings().out_features,
         "architecture": (cfg.architectures or [type(model).__name__])[0],
-        "fingerprint": embedding_fingerprint(emb),
-        "fingerprints": [embedding_fingerprint(emb.to(dtype)) for dtype in (torch.float16, torch.bfloat16)],
+        "fingerprint": embedding_fingerprint(model),
+        "fingerprints": [embedding_fingerprint(model, dtype) for dtype in (torch.float16, torch.bfloat16)],
         "base_name": name,
         "base_parameters": sum(p.numel() for p in model.parameters()),
     }

@@ -124,6 +124,10 @@ class Eagle3Predictor(nn.Module):
         self.float()
         self._token_rows = token_rows  # the base's own matrix, read a few rows a step: no copy of it is held
 
+    @property
+    def device(self) -> torch.device:
+        return self.d2t.device  # a buffer: packed linear layers hold no plain weight to ask
+
     def token_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
         """The base's input embedding of `tokens`, in fp32 (the predictor's dtype whatever the base runs in)."""
         return self._token_rows(tokens).float()
@@ -248,7 +252,7 @@ def warm_up(predictor: Eagle3Predictor, rows: int) -> None:
     made each count's first forward ~6.5 ms against ~2.5 ms after; inside the first request's steps that made
     lookahead look slower than plain decoding, and the lookahead gate (decode/gate.py) decoded the next requests
     plainly (docs/bench/warm-up)."""
-    device = predictor.fc.weight.device
+    device = predictor.device
     for n in range(1, rows + 1):
         features = predictor.fuse(torch.zeros(n, predictor.fc.in_features, device=device))
         PredictorCache(capacity=n).run(

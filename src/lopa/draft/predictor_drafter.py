@@ -166,7 +166,7 @@ class PredictorDrafter(Drafter):
         """Rows for `tokens`, each paired with the target's features [len, aux * hidden] of the position before it."""
         n = len(tokens)
         positions = torch.arange(n) + self.cache.committed + 1  # row r holds the token at position r + 1
-        features = self.predictor.fuse(layers.to(self.predictor.fc.weight.device))
+        features = self.predictor.fuse(layers.to(self.predictor.device))
         logits, out = self.cache.run(self.predictor, features, torch.tensor(tokens), positions, causal(n))
         self.cache.commit()
         self.root = (logits[-1], out[-1])

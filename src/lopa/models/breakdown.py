@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from .fastlinear import PackedLinear
 from .profile import chain, forward_latency
 from .runner import Runner
 
@@ -51,7 +52,10 @@ def kernel_seconds(runner: Runner, tokens: int, reps: int) -> dict[str, float]:
 
 def weight_bytes(module: nn.Module) -> int:
     """Bytes of a module's own weights as a forward reads them: its matrix parameters, or, for a quantized layer
-    that holds none (int4 codes, a Q8_0 vocabulary), its buffers: codes, scales, offsets."""
+    that holds none (int4 codes, a Q8_0 vocabulary), its buffers: codes, scales, offsets; a packed layer's packed
+    copy."""
+    if isinstance(module, PackedLinear):
+        return module.packed.numel() * module.packed.element_size()
     tensors = [p for p in module.parameters(recurse=False) if p.dim() == 2] or list(module.buffers(recurse=False))
     return sum(t.numel() * t.element_size() for t in tensors)
 

@@ -19,15 +19,20 @@ from two or more (6e-7 relative), float noise that greedy equality survives (its
 allow a divergence only at a near-tie); in bf16 its layers were bit-identical. Rounding
 differs from MKL's by float noise (about 1e-6 relative).
 
-PackedLinear keeps the original weight (still the module's parameter, so fingerprints,
-parameter counts, tied embeddings and training see the same model) next to the packed
-copy, at the cost of holding the linear weights twice. The packed product is a registered
-custom op, so torch.compile treats it as one opaque kernel of known shape. Swapping
+PackedLinear keeps the original weight as its parameter next to the packed copy where
+something else reads it: an fp32/bf16 model's stock twin (fastkernels.stock_twin, the
+transformers reference over the same tensors), a vocabulary projection tied to the token
+embedding. That holds those weights twice (the fp32 Qwen2.5-Coder-1.5B: 12.6 GB resident). A
+quantized model has no stock twin, so its packed layers (an int4 model's bf16 vocabulary
+projection) and the predictor's hold theirs packed only; the plain matrix is rebuilt from the
+packed copy, exactly, when asked for. The packed product is a registered custom op, so
+torch.compile treats it as one opaque kernel of known shape. Swapping
 modules is model surgery, not a monkeypatch: the transformers forward is untouched.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cache
 
 import torch
@@ -39,14 +44,15 @@ PACK_ROWS = 16  # the row count oneDNN is told to expect when reordering (the la
 
 
 @torch.library.custom_op("lopa::packed_linear", mutates_args=())
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x [..., in] @ weight.T through oneDNN's inner product; `packed` is the weight reordered once."""
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """x [..., in] @ weight.T through oneDNN's inner product; `packed` is the weight [out_features, in] reordered
+    once."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
 @packed_linear.register_fake
-def _packed_linear_shape(x: torch.Tensor, packed: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(*x.shape[:-1], weight.shape[0])
+def _packed_linear_shape(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], out_features)
 
 
 def packing_available(model: nn.Module) -> bool:
@@ -72,20 +78,31 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 class PackedLinear(nn.Module):
-    """nn.Linear whose inference forward multiplies by a oneDNN-packed copy of its weight."""
+    """nn.Linear whose inference forward multiplies by a oneDNN-packed copy of its weight; `keep_weight`: the plain
+    weight stays a parameter too (another module or a stock twin reads it)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, keep_weight: bool = False):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight
         self.bias = linear.bias
         self.packed = pack_weight(linear.weight)
+        if keep_weight:  # set directly: register_parameter refuses a name the class defines (the property below)
+            self._parameters["weight"] = linear.weight
+
+    @property
+    def holds_weight(self) -> bool:
+        return "weight" in self._parameters
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The plain weight [out, in]: the kept parameter, else rebuilt from the packed copy (exactly) on access."""
+        return self._parameters["weight"] if self.holds_weight else self.packed.to_dense()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() or x.dtype != self.weight.dtype:  # training, or autocast: the plain path
+        if torch.is_grad_enabled() or x.dtype != self.packed.dtype:  # training, or autocast: the plain path
             return F.linear(x, self.weight, self.bias)
         if torch.compiler.is_compiling():  # opaque to inductor, which cannot lower a non-constant packed weight
-            out = packed_linear(x, self.packed, self.weight)
+            out = packed_linear(x, self.packed, self.out_features)
         else:  # eager: the op itself, without the custom op's Python dispatch (~15 us a call)
             out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
         return out if self.bias is None else out + self.bias
@@ -103,7 +120,10 @@ def replace_linears(model: nn.Module, make) -> int:
 
 
 def pack_linears(model: nn.Module) -> nn.Module:
-    """Give every linear layer of an fp32/bf16 CPU model a packed weight (in place)."""
+    """Give every linear layer of an fp32/bf16 CPU model a packed weight (in place), keeping the plain one where the
+    model has a stock twin (not quantized) or another module shares it (see the module docstring)."""
     if packing_available(model):
-        replace_linears(model, PackedLinear)
+        twin = getattr(model, "lopa_precision", None) is None
+        owners = Counter(id(p) for module in model.modules() for p in module.parameters(recurse=False))
+        replace_linears(model, lambda linear: PackedLinear(linear, keep_weight=twin or owners[id(linear.weight)] > 1))
     return model

@@ -28,6 +28,7 @@ from transformers.initialization import no_init_weights
 from ..errors import ModelLoadError, UnsupportedModelError
 from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
+from .fastlinear import PackedLinear
 from .gguf_tensors import GGUFTensors
 from .int4 import INT4, Int4Linear, quantize_int4, return_freed_memory
 from .q8_vocabulary import Q8Embedding, Q8Vocabulary, keep_q8_vocabulary
@@ -45,21 +46,23 @@ class LoadedModel:
     @property
     def fingerprint(self) -> str:
         """A short hash of the input embedding matrix: identifies the weights, not the file."""
-        return embedding_fingerprint(self.model.get_input_embeddings().weight)
+        return embedding_fingerprint(self.model)
 
     @property
     def num_parameters(self) -> int:
-        """Weights counted as the model defines them (an int4 layer's or a Q8_0 vocabulary's in x out included)."""
-        quantized = (Int4Linear, Q8Vocabulary)
-        packed = sum(m.in_features * m.out_features for m in self.model.modules() if isinstance(m, quantized))
-        return sum(p.numel() for p in self.model.parameters()) + packed
+        """Weights counted as the model defines them (in x out of the layers holding theirs in another form)."""
+        held = (Int4Linear, Q8Vocabulary, PackedLinear)  # layers that may keep their weight in another form
+        others = [m for m in self.model.modules() if isinstance(m, held) and "weight" not in m._parameters]
+        return sum(p.numel() for p in self.model.parameters()) + sum(m.in_features * m.out_features for m in others)
 
 
-def embedding_fingerprint(weight: torch.Tensor) -> str:
-    """LoadedModel.fingerprint of a model whose input embedding is `weight` (in the dtype it runs in)."""
-    emb = weight.detach().float()
-    sample = emb[:: max(1, emb.shape[0] // 512)].contiguous().cpu().numpy().tobytes()
-    return hashlib.sha256(sample).hexdigest()[:16]
+def embedding_fingerprint(model: PreTrainedModel, dtype: torch.dtype | None = None) -> str:
+    """A short hash of the model's input embedding matrix (every vocab/512-th row, in `dtype`, else the dtype it runs
+    in): identifies the weights, not the file. Reads just those rows (a Q8_0 embedding built its whole bf16 matrix,
+    and an fp32 copy of it, for this)."""
+    vocab = model.get_input_embeddings().num_embeddings
+    rows = token_rows(model)(torch.arange(0, vocab, max(1, vocab // 512)))
+    return hashlib.sha256(rows.to(dtype or rows.dtype).float().cpu().numpy().tobytes()).hexdigest()[:16]
 
 
 def token_rows(model: PreTrainedModel) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -51,7 +51,7 @@ class Q8Vocabulary(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
-        """The whole weight in bf16, built on each access (fingerprints, the predictor's frozen embedding)."""
+        """The whole weight in bf16, built on each access (for checks: the forward and lookups never build it)."""
         return self.rows(torch.arange(self.out_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

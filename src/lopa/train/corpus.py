@@ -88,7 +88,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _check_config(out: Path, settings: CorpusSettings, engine) -> None:
-    config = {**settings.content(), "fingerprint": embedding_fingerprint(engine.model.get_input_embeddings().weight)}
+    config = {**settings.content(), "fingerprint": embedding_fingerprint(engine.model)}
     path = out / "config.json"
     if not path.exists():
         _write(path, json.dumps(config, indent=1).encode())

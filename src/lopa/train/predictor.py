@@ -110,7 +110,7 @@ class Features:
 def features_key(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> str:
     """A name for the cache of these sequences' features under this model (its embedding fingerprint)."""
     digest = hashlib.sha256(json.dumps([aux_layers, TOP_K, [list(p) + [-1] + list(a) for p, a in sequences]]).encode())
-    return f"features-{embedding_fingerprint(model.get_input_embeddings().weight)}-{digest.hexdigest()[:12]}"
+    return f"features-{embedding_fingerprint(model)}-{digest.hexdigest()[:12]}"
 
 
 @torch.no_grad()
