@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 from gguf.quants import dequantize, quantize
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine
 from lopa.models import native
@@ -19,8 +20,15 @@ from lopa.models.breakdown import weight_bytes
 from lopa.models.fastkernels import row_invariant
 from lopa.models.gguf_precision import full_precision_gguf
 from lopa.models.gguf_tensors import GGUFTensors
-from lopa.models.int4 import Int4Linear, _tile_kernel, quantize_int4, unpack_blocks
-from lopa.models.loading import load_model, source_gguf
+from lopa.models.int4 import (
+    Int4Embedding,
+    Int4Linear,
+    _tile_kernel,
+    keep_int4_embedding,
+    quantize_int4,
+    unpack_blocks,
+)
+from lopa.models.loading import load_model, source_gguf, token_rows
 from lopa.models.ordered_attention import ordered_attention
 from lopa.models.q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
 from tests.prompts import FAST, accepted_by_source
@@ -80,19 +88,61 @@ def test_a_tree_query_equals_the_same_query_alone(dtype: torch.dtype) -> None:
         assert torch.equal(alone[0, 0], tree[1, node]), f"node {node}"
 
 
-def test_four_bit_blocks_unpack_as_gguf_dequantizes() -> None:
+def _four_bit_blocks(rows: int) -> dict[Q, np.ndarray]:
+    """Each 4-bit GGUF type's raw bytes for `rows` rows of 512 weights."""
     rng = np.random.default_rng(0)
-    weight = rng.standard_normal((8, 512)).astype(np.float32)
+    weight = rng.standard_normal((rows, 512)).astype(np.float32)
     blocks = {kind: quantize(weight, kind) for kind in (Q.Q4_0, Q.Q4_1)}
     # Q4_K (gguf-py cannot quantize it): random super-blocks of 256 (fp16 d and dmin, 6-bit scales, nibbles)
-    k_blocks = rng.integers(0, 256, size=(8, 2, 144), dtype=np.uint8)
-    k_blocks[..., 0:4] = np.abs(rng.standard_normal((8, 2, 2)) * 0.01).astype(np.float16).view(np.uint8)
-    blocks[Q.Q4_K] = k_blocks.reshape(8, -1)
-    for kind, data in blocks.items():
+    k_blocks = rng.integers(0, 256, size=(rows, 2, 144), dtype=np.uint8)
+    k_blocks[..., 0:4] = np.abs(rng.standard_normal((rows, 2, 2)) * 0.01).astype(np.float16).view(np.uint8)
+    blocks[Q.Q4_K] = k_blocks.reshape(rows, -1)
+    return blocks
+
+
+def test_four_bit_blocks_unpack_as_gguf_dequantizes() -> None:
+    for kind, data in _four_bit_blocks(8).items():
         codes, scale, low = unpack_blocks(data, kind, rows=8)
         assert codes.min() >= 0 and codes.max() <= 15
         ours = codes.reshape(8, -1, 32).astype(np.float32) * scale[..., None] + low[..., None]
         np.testing.assert_allclose(ours.reshape(8, -1), dequantize(data, kind), rtol=1e-6, atol=1e-7, err_msg=kind.name)
+
+
+def test_int4_embedding_rows_are_transformers_values() -> None:
+    """A 4-bit embedding looks rows up in the file's blocks to exactly the bf16 values transformers' loader gives."""
+    for kind, data in _four_bit_blocks(64).items():
+        embedding = Int4Embedding(*(torch.from_numpy(a) for a in unpack_blocks(data, kind, rows=64)))
+        expected = torch.from_numpy(dequantize(data, kind)).bfloat16()
+        assert torch.equal(embedding.weight, expected), kind.name
+        ids = torch.tensor([[3, 63, 3], [0, 17, 40]])
+        assert torch.equal(embedding(ids), expected[ids]), kind.name
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_an_untied_four_bit_embedding_stays_in_its_blocks(tied: bool) -> None:
+    """An int4 model's untied embedding stored in 4-bit blocks is looked up in them (drafters read the same rows);
+    a tied one stays a matrix, which the vocabulary projection reads whole."""
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, tie_word_embeddings=tied,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    data = quantize(np.random.default_rng(0).standard_normal((128, 64)).astype(np.float32), Q.Q4_1)
+
+    class File:  # what keep_int4_embedding reads of a GGUFTensors
+        def __contains__(self, name: str) -> bool:
+            return name == "model.embed_tokens.weight"
+
+        def blocks(self, name: str) -> tuple[torch.Tensor, ...]:
+            return tuple(torch.from_numpy(a) for a in unpack_blocks(data, Q.Q4_1, rows=128))
+
+    assert keep_int4_embedding(model, File()) == (not tied)
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, Int4Embedding) != tied
+    if not tied:
+        assert torch.equal(embedding.weight, torch.from_numpy(dequantize(data, Q.Q4_1)).bfloat16())
+        ids = torch.tensor([5, 127, 5])
+        assert torch.equal(token_rows(model)(ids), embedding.weight[ids])
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's memory map")

@@ -30,7 +30,7 @@ from .catalog import CATALOG, DEFAULT_MODEL, cache_root, fetch_gguf
 from .fastkernels import use_fast_kernels
 from .fastlinear import PackedLinear
 from .gguf_tensors import GGUFTensors
-from .int4 import INT4, Int4Linear, quantize_int4, return_freed_memory
+from .int4 import INT4, Int4Embedding, Int4Linear, keep_int4_embedding, quantize_int4, return_freed_memory
 from .q8_vocabulary import Q8Embedding, Q8Vocabulary, keep_q8_vocabulary
 from .quantize import INT8, quantize_int8
 
@@ -53,7 +53,10 @@ class LoadedModel:
         """Weights counted as the model defines them (in x out of the layers holding theirs in another form)."""
         held = (Int4Linear, Q8Vocabulary, PackedLinear)  # layers that may keep their weight in another form
         others = [m for m in self.model.modules() if isinstance(m, held) and "weight" not in m._parameters]
-        return sum(p.numel() for p in self.model.parameters()) + sum(m.in_features * m.out_features for m in others)
+        lookups = [m for m in self.model.modules() if isinstance(m, Int4Embedding)]
+        held_elsewhere = sum(m.in_features * m.out_features for m in others)
+        held_elsewhere += sum(m.num_embeddings * m.embedding_dim for m in lookups)
+        return sum(p.numel() for p in self.model.parameters()) + held_elsewhere
 
 
 def embedding_fingerprint(model: PreTrainedModel, dtype: torch.dtype | None = None) -> str:
@@ -70,7 +73,7 @@ def token_rows(model: PreTrainedModel) -> Callable[[torch.Tensor], torch.Tensor]
     in place: a drafter on the base's embedding needs a few rows a step, not a copy of the matrix (a Q8_0
     vocabulary dequantizes just those rows). Detached: a drafter trained on them leaves the base's weights alone."""
     embedding = model.get_input_embeddings()
-    if isinstance(embedding, Q8Embedding):
+    if isinstance(embedding, (Q8Embedding, Int4Embedding)):
         return embedding.forward
     return lambda ids: embedding.weight.detach()[ids]
 
@@ -152,6 +155,7 @@ def _int4_from_gguf(config: PretrainedConfig, gguf: Path) -> PreTrainedModel:
     model.eval().requires_grad_(False)
     tensors = GGUFTensors(gguf, model)
     vocabulary = "q8_0" if keep_q8_vocabulary(model, tensors.reader) else "bf16"
+    keep_int4_embedding(model, tensors)
     linears = {module for module in model.get_decoder().modules() if type(module) is nn.Linear}
     linear_weights = {f"{name}.weight" for name, module in model.named_modules() if module in linears}
     for name, parameter in model.named_parameters():  # tied parameters once
