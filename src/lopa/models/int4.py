@@ -155,7 +155,7 @@ class Int4Embedding(nn.Module):
     """A token embedding kept in a GGUF's 4-bit blocks (two codes a byte, fp32 scale and offset per 32): a lookup
     dequantizes just its rows, to the values transformers' loader gives (code * scale + low in fp32, rounded to bf16
     once; for Q4_0, Q4_1 and Q4_K that is gguf-py's own arithmetic, tested). For an untied embedding, which only
-    looks rows up: a quarter of the bf16 matrix (Qwen2.5-Coder-1.5B: 175 MB against 467)."""
+    looks rows up: 3/8 of the bf16 matrix (Qwen2.5-Coder-1.5B: 175 MB against 467)."""
 
     def __init__(self, codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor):
         """codes [vocab, hidden] in 0..15; scale, low [vocab, hidden / 32]."""
