@@ -19,7 +19,7 @@ from lopa.models import native
 from lopa.models.breakdown import weight_bytes
 from lopa.models.fastkernels import row_invariant
 from lopa.models.gguf_precision import full_precision_gguf
-from lopa.models.gguf_tensors import GGUFTensors
+from lopa.models.gguf_tensors import GGUFTensors, tensor_table
 from lopa.models.int4 import (
     Int4Embedding,
     Int4Linear,
@@ -224,6 +224,20 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     assert int4.loaded.num_parameters == engine.loaded.num_parameters
 
 
+def test_a_gguf_tensor_table_maps_what_the_reader_reads(tmp_path: Path) -> None:
+    """Where each tensor lies, cached after the first parse: the same names, types, shapes and bytes as gguf-py's
+    reader gives, whether just written or read back."""
+    source, table = source_gguf(None), tmp_path / "tensors.json"
+    reader = GGUFReader(source)
+    for _ in range(2):  # written, then read
+        architecture, tensors = tensor_table(source, table)
+        assert architecture == "llama" and table.exists()
+        assert [t.name for t in tensors] == [t.name for t in reader.tensors]
+        for ours, theirs in zip(tensors, reader.tensors):
+            assert ours.tensor_type == theirs.tensor_type and ours.shape.tolist() == theirs.shape.tolist()
+            assert ours.data.dtype == theirs.data.dtype and np.array_equal(ours.data, theirs.data), ours.name
+
+
 def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return dict(model.named_parameters()) | dict(model.named_buffers())
 
@@ -249,7 +263,7 @@ def test_int4_from_the_gguf_equals_int4_from_transformers_conversion(precision: 
     reference = load_model(None, dtype=torch.bfloat16, fast=False).model
     if precision is None:
         tensors = GGUFTensors(source, reference)
-        keep_q8_vocabulary(reference, tensors.reader)
+        keep_q8_vocabulary(reference, tensors.tensors)
         quantize_int4(reference, tensors)
         assert reference.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0}
     else:

@@ -144,17 +144,18 @@ def resolve_model_dir(spec: str | None, weights: bool = True) -> tuple[str, Path
     return spec if spec in CATALOG else gguf.stem, out_dir
 
 
-def _int4_from_gguf(config: PretrainedConfig, gguf: Path) -> PreTrainedModel:
+def _int4_from_gguf(config: PretrainedConfig, gguf: Path, table: Path) -> PreTrainedModel:
     """The int4 model built from its GGUF without an fp32 copy: a bf16 skeleton left uninitialised (its large
     matrices are never touched, so never resident) takes the file's embeddings, norms and biases, then each
     decoder linear layer becomes an Int4Linear from the file, and a tied Q8_0 vocabulary stays Q8_0 where it can.
-    The weights equal those of a bf16 load of transformers' conversion, quantized the same way (tested)."""
+    The weights equal those of a bf16 load of transformers' conversion, quantized the same way (tested). `table`:
+    where the file's tensors lie, cached (models/gguf_tensors.tensor_table)."""
     with no_init_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa")
     model.tie_weights()  # from_pretrained ties them after loading; here they must be tied before filling
     model.eval().requires_grad_(False)
-    tensors = GGUFTensors(gguf, model)
-    vocabulary = "q8_0" if keep_q8_vocabulary(model, tensors.reader) else "bf16"
+    tensors = GGUFTensors(gguf, model, table)
+    vocabulary = "q8_0" if keep_q8_vocabulary(model, tensors.tensors) else "bf16"
     keep_int4_embedding(model, tensors)
     linears = {module for module in model.get_decoder().modules() if type(module) is nn.Linear}
     linear_weights = {f"{name}.weight" for name, module in model.named_modules() if module in linears}
@@ -166,7 +167,7 @@ def _int4_from_gguf(config: PretrainedConfig, gguf: Path) -> PreTrainedModel:
         tensors.read_into(name, parameter)
     quantize_int4(model, tensors)
     model.lopa_int4_layers["vocabulary"] = vocabulary
-    del tensors  # the reader's parsed metadata (a vocabulary's worth of small arrays)
+    del tensors  # the file's mapping (and a reader's parsed metadata, the first time)
     return_freed_memory()
     return model
 
@@ -208,7 +209,7 @@ def load_model(
     except Exception as exc:  # safetensors, json and transformers each raise their own types
         raise ModelLoadError(f"could not load a causal LM from {path}: {exc}") from exc
     if gguf is not None:
-        model, path = _int4_from_gguf(config, gguf), gguf
+        model, path = _int4_from_gguf(config, gguf, table=path / "tensors.json"), gguf  # beside config and tokenizer
     else:
         model.to(device).eval()
         model.requires_grad_(False)

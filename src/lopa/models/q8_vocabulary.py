@@ -14,6 +14,7 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import torch
+from gguf.gguf_reader import ReaderTensor
 from torch import nn
 from transformers import PreTrainedModel
 
@@ -76,10 +77,10 @@ class Q8Embedding(nn.Module):
         return self._vocabulary[0].rows(ids.reshape(-1)).view(*ids.shape, self.embedding_dim)
 
 
-def q8_blocks(reader: gguf.GGUFReader) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The GGUF's token embedding as (codes [vocab, hidden] int8, scale [vocab, hidden / 32] fp32) when it is
-    Q8_0, else None. Its rows are token ids in order (no reordering applies to it)."""
-    tensor = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+def q8_blocks(tensors: list[ReaderTensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A GGUF's token embedding, from its tensors, as (codes [vocab, hidden] int8, scale [vocab, hidden / 32] fp32)
+    when it is Q8_0, else None. Its rows are token ids in order (no reordering applies to it)."""
+    tensor = next((t for t in tensors if t.name == "token_embd.weight"), None)
     if tensor is None or tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
         return None
     blocks = np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1, Q8_0_BLOCK)
@@ -88,7 +89,7 @@ def q8_blocks(reader: gguf.GGUFReader) -> tuple[torch.Tensor, torch.Tensor] | No
     return torch.from_numpy(codes), torch.from_numpy(scale)
 
 
-def keep_q8_vocabulary(model: PreTrainedModel, reader: gguf.GGUFReader) -> bool:
+def keep_q8_vocabulary(model: PreTrainedModel, tensors: list[ReaderTensor]) -> bool:
     """Swap a tied bf16 embedding/projection for the file's Q8_0 blocks (in place), where the AMX kernel runs and
     the model's embedding is a plain lookup (Gemma scales its own); returns whether it did."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
@@ -98,7 +99,7 @@ def keep_q8_vocabulary(model: PreTrainedModel, reader: gguf.GGUFReader) -> bool:
     vocab, hidden = embedding.weight.shape
     if vocab % PANEL or hidden % (2 * GROUP):
         return False
-    blocks = q8_blocks(reader)
+    blocks = q8_blocks(tensors)
     if blocks is None:
         return False
     vocabulary = Q8Vocabulary(*blocks)
