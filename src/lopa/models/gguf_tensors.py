@@ -43,16 +43,17 @@ def tensor_table(path: Path, table: Path | None = None) -> tuple[str, list[Reade
         tmp.replace(table)
     spec = json.loads(table.read_text())
     mapped = np.memmap(path, mode="r")
-    tensors = [
-        ReaderTensor(
-            name=row["name"], tensor_type=gguf.GGMLQuantizationType(row["type"]),
-            shape=np.array(row["shape"], dtype=np.uint64), n_elements=row["elements"], n_bytes=row["bytes"],
-            data_offset=row["offset"], field=None,
-            data=mapped[row["offset"] : row["offset"] + row["bytes"]].view(np.dtype(row["dtype"])).reshape(row["data_shape"]),
-        )
-        for row in spec["tensors"]
-    ]  # fmt: skip
-    return spec["architecture"], tensors
+    return spec["architecture"], [_mapped_tensor(mapped, row) for row in spec["tensors"]]
+
+
+def _mapped_tensor(mapped: np.memmap, row: dict) -> ReaderTensor:
+    """A tensor of tensor_table's `table`, its data viewed in the mapped file as gguf-py's reader views it."""
+    start, end = row["offset"], row["offset"] + row["bytes"]
+    return ReaderTensor(
+        name=row["name"], tensor_type=gguf.GGMLQuantizationType(row["type"]),
+        shape=np.array(row["shape"], dtype=np.uint64), n_elements=row["elements"], n_bytes=row["bytes"],
+        data_offset=start, data=mapped[start:end].view(np.dtype(row["dtype"])).reshape(row["data_shape"]), field=None,
+    )  # fmt: skip
 
 
 class GGUFTensors:
