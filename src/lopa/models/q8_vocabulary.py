@@ -18,7 +18,7 @@ from gguf.gguf_reader import ReaderTensor
 from torch import nn
 from transformers import PreTrainedModel
 
-from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, return_freed_memory, tile_product
+from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, tile_product
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
 
@@ -90,8 +90,9 @@ def q8_blocks(tensors: list[ReaderTensor]) -> tuple[torch.Tensor, torch.Tensor] 
 
 
 def keep_q8_vocabulary(model: PreTrainedModel, tensors: list[ReaderTensor]) -> bool:
-    """Swap a tied bf16 embedding/projection for the file's Q8_0 blocks (in place), where the AMX kernel runs and
-    the model's embedding is a plain lookup (Gemma scales its own); returns whether it did."""
+    """Swap a tied embedding/projection (an int4 model's uninitialised skeleton: its bf16 matrix never filled) for the
+    file's Q8_0 blocks (in place), where the AMX kernel runs and the model's embedding is a plain lookup (Gemma
+    scales its own); returns whether it did."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
     tied = projection is not None and projection.weight is embedding.weight
     if not tied or type(embedding) is not nn.Embedding or _tile_kernel() is None:
@@ -105,5 +106,4 @@ def keep_q8_vocabulary(model: PreTrainedModel, tensors: list[ReaderTensor]) -> b
     vocabulary = Q8Vocabulary(*blocks)
     model.set_output_embeddings(vocabulary)
     model.set_input_embeddings(Q8Embedding(vocabulary))
-    return_freed_memory()  # the bf16 matrix
     return True
