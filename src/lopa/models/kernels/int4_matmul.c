@@ -107,14 +107,68 @@ static void group_sums(const uint16_t *x, int64_t rows, int64_t groups, float *s
     }
 }
 
-/* The tile products for up to VECTOR_ROWS rows in AVX-512 registers, with the arithmetic TDPBF16PS performs from a
- * zeroed tile: per output, the products of its even inputs summed in order, those of its odd inputs summed in order,
- * then the two sums added. A product of bf16 and a code is exact in fp32, so an FMA rounds as the tile's add does
- * (denormals flushed to zero, as the tiles flush them). Bit-identical to the tile path (tested) and faster for a
- * few rows, for which the tile path's store and reload per group is latency. */
+/* The tile products for `m` rows of `pp` adjacent panels in AVX-512 registers, with the arithmetic TDPBF16PS
+ * performs from a zeroed tile: per output, the products of its even inputs summed in order, those of its odd inputs
+ * summed in order, then the two sums added. A product of bf16 and a code is exact in fp32, so an FMA rounds as the
+ * tile's add does (denormals flushed to zero, as the tiles flush them). Bit-identical to the tile path (tested) and
+ * faster for a few rows, for which the tile path's store and reload per group is latency. One panel's sums are
+ * chains of dependent FMAs, each waiting on the last; `pp` panels side by side keep the FMA units busy with
+ * independent chains (a 1-row product of one panel at a time ran at half the memory's speed). Called with constant
+ * `m` and `pp`, so the compiler keeps every sum in a register. */
+static inline __attribute__((always_inline)) void vector_panels(
+    const float *xf, const uint8_t *codes, const float *scale, const float *low, const float *sums, uint16_t *y,
+    int64_t first, const int m, const int pp, int64_t n_out, int64_t k_in, int bits) {
+    const int64_t groups = k_in / GROUP;
+    __m512 acc[4][VECTOR_ROWS], even[4][VECTOR_ROWS], odd[4][VECTOR_ROWS], w[4][4];
+    for (int p = 0; p < pp; p++)
+        for (int r = 0; r < m; r++) acc[p][r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        for (int p = 0; p < pp; p++)
+            for (int r = 0; r < m; r++) even[p][r] = odd[p][r] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < 8; c++) {
+            for (int p = 0; p < pp; p++) four_inputs(codes + ((first + p) * groups + g) * GROUP_BYTES(bits), c, bits, w[p]);
+            for (int r = 0; r < m; r++) {
+                const float *in = xf + r * k_in + g * GROUP + 4 * c;
+                for (int p = 0; p < pp; p++) {
+                    even[p][r] = _mm512_fmadd_ps(_mm512_set1_ps(in[0]), w[p][0], even[p][r]);
+                    odd[p][r] = _mm512_fmadd_ps(_mm512_set1_ps(in[1]), w[p][1], odd[p][r]);
+                    even[p][r] = _mm512_fmadd_ps(_mm512_set1_ps(in[2]), w[p][2], even[p][r]);
+                    odd[p][r] = _mm512_fmadd_ps(_mm512_set1_ps(in[3]), w[p][3], odd[p][r]);
+                }
+            }
+        }
+        for (int p = 0; p < pp; p++) {
+            const int64_t at = ((first + p) * groups + g) * PANEL;
+            const __m512 s = _mm512_loadu_ps(scale + at);
+            for (int r = 0; r < m; r++) {
+                acc[p][r] = _mm512_fmadd_ps(_mm512_add_ps(even[p][r], odd[p][r]), s, acc[p][r]);
+                if (low) acc[p][r] = _mm512_fmadd_ps(_mm512_loadu_ps(low + at), _mm512_set1_ps(sums[r * groups + g]), acc[p][r]);
+            }
+        }
+    }
+    for (int p = 0; p < pp; p++)
+        for (int r = 0; r < m; r++)
+            _mm256_storeu_si256((__m256i *)(y + r * n_out + (first + p) * PANEL), (__m256i)_mm512_cvtneps_pbh(acc[p][r]));
+}
+
+/* Panels first .. first + pp - 1 for `m` rows: vector_panels with its sizes made constants. */
+static void vector_block(const float *xf, const uint8_t *codes, const float *scale, const float *low,
+                         const float *sums, uint16_t *y, int64_t first, int m, int pp, int64_t n_out, int64_t k_in,
+                         int bits) {
+#define CASE(M, PP) \
+    if (m == M && pp == PP) return vector_panels(xf, codes, scale, low, sums, y, first, M, PP, n_out, k_in, bits)
+    CASE(1, 4); CASE(1, 1); CASE(2, 2); CASE(2, 1); CASE(3, 1); CASE(4, 1);
+#undef CASE
+}
+
+/* Up to VECTOR_ROWS rows in registers: blocks of panels_at_once(m) panels, then any panels left one at a time. */
+static int panels_at_once(int64_t m) { return m == 1 ? 4 : m == 2 ? 2 : 1; }
+
 static void vector_rows(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low,
                         const float *sums, uint16_t *y, int64_t m, int64_t n_out, int64_t k_in, int threads, int bits) {
-    const int64_t groups = k_in / GROUP, panels = n_out / PANEL;
+    const int64_t panels = n_out / PANEL;
+    const int pp = panels_at_once(m);
+    const int64_t blocks = panels / pp;
     float *xf = malloc(sizeof(float) * m * k_in); /* the inputs in fp32, broadcast one at a time */
     for (int64_t i = 0; i < m * k_in; i++) {
         const uint32_t bits = (uint32_t)x[i] << 16;
@@ -125,34 +179,10 @@ static void vector_rows(const uint16_t *x, const uint8_t *codes, const float *sc
         const unsigned int csr = _mm_getcsr();
         _mm_setcsr(csr | 0x8040); /* flush denormal inputs and results to zero (DAZ, FTZ) */
 #pragma omp for schedule(static)
-        for (int64_t panel = 0; panel < panels; panel++) {
-            __m512 acc[VECTOR_ROWS];
-            for (int64_t r = 0; r < m; r++) acc[r] = _mm512_setzero_ps();
-            for (int64_t g = 0; g < groups; g++) {
-                __m512 even[VECTOR_ROWS], odd[VECTOR_ROWS], w[4];
-                for (int64_t r = 0; r < m; r++) even[r] = odd[r] = _mm512_setzero_ps();
-                const uint8_t *group = codes + (panel * groups + g) * GROUP_BYTES(bits);
-                for (int64_t c = 0; c < 8; c++) {
-                    four_inputs(group, c, bits, w);
-                    for (int64_t r = 0; r < m; r++) {
-                        const float *in = xf + r * k_in + g * GROUP + 4 * c;
-                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[0]), w[0], even[r]);
-                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[1]), w[1], odd[r]);
-                        even[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[2]), w[2], even[r]);
-                        odd[r] = _mm512_fmadd_ps(_mm512_set1_ps(in[3]), w[3], odd[r]);
-                    }
-                }
-                const __m512 s = _mm512_loadu_ps(scale + (panel * groups + g) * PANEL);
-                for (int64_t r = 0; r < m; r++) {
-                    acc[r] = _mm512_fmadd_ps(_mm512_add_ps(even[r], odd[r]), s, acc[r]);
-                    if (low)
-                        acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(low + (panel * groups + g) * PANEL),
-                                                 _mm512_set1_ps(sums[r * groups + g]), acc[r]);
-                }
-            }
-            for (int64_t r = 0; r < m; r++)
-                _mm256_storeu_si256((__m256i *)(y + r * n_out + panel * PANEL), (__m256i)_mm512_cvtneps_pbh(acc[r]));
-        }
+        for (int64_t b = 0; b < blocks; b++) vector_block(xf, codes, scale, low, sums, y, b * pp, (int)m, pp, n_out, k_in, bits);
+#pragma omp for schedule(static)
+        for (int64_t panel = blocks * pp; panel < panels; panel++)
+            vector_block(xf, codes, scale, low, sums, y, panel, (int)m, 1, n_out, k_in, bits);
         _mm_setcsr(csr);
     }
     free(xf);
