@@ -145,6 +145,47 @@ def test_an_untied_four_bit_embedding_stays_in_its_blocks(tied: bool) -> None:
         assert torch.equal(token_rows(model)(ids), embedding.weight[ids])
 
 
+@pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here")
+@pytest.mark.parametrize("stored", [Q.Q8_0, Q.Q5_0])
+def test_an_untied_vocabulary_projection_runs_in_q8_0(stored: Q) -> None:
+    """An int4 model's untied output projection runs in Q8_0: the file's own codes and scales where it stores Q8_0
+    (Qwen2.5-Coder-0.5B), else quantized by Q8_0's rule from the values transformers' loader gives (the 1.5B's
+    Q6_K; here Q5_0, which gguf-py writes): every weight within half a step of that value, the step the group's largest
+    magnitude / 127."""
+    config = LlamaConfig(
+        hidden_size=256, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=512, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    data = quantize(np.random.default_rng(0).standard_normal((512, 256)).astype(np.float32), stored)
+    values = torch.from_numpy(dequantize(data, stored))
+
+    class File:  # what keep_q8_vocabulary reads of a GGUFTensors
+        def __contains__(self, name: str) -> bool:
+            return name == "lm_head.weight"
+
+        def stored(self, name: str):
+            return type("Tensor", (), {"tensor_type": stored, "data": data, "shape": np.array([256, 512])})
+
+        def slabs(self, name: str):
+            yield 0, values[:300]
+            yield 300, values[300:]
+
+    expected = "q8_0" if stored == Q.Q8_0 else "q8_0-by-lopa"
+    assert keep_q8_vocabulary(model, File()) == expected
+    projection = model.get_output_embeddings()
+    assert isinstance(projection, Q8Vocabulary) and not isinstance(model.get_input_embeddings(), Q8Vocabulary)
+    if stored == Q.Q8_0:
+        assert torch.equal(projection.weight, values.bfloat16())
+    else:
+        step = values.unflatten(1, (-1, 32)).abs().amax(-1).repeat_interleave(32, dim=1) / 127
+        assert projection.codes.abs().max() == 127  # each group's largest magnitude
+        rounding = (values.abs() + step) * 2**-8  # .weight is rounded to bf16
+        assert ((projection.weight.float() - values).abs() <= step / 2 + rounding).all()
+    x = torch.randn(3, 256, dtype=torch.bfloat16)  # logits of size ~16: bf16 rounds them by up to ~0.06
+    torch.testing.assert_close(projection(x).float(), x.float() @ projection.weight.float().T, rtol=1e-2, atol=0.1)
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's memory map")
 def test_kernels_share_torchs_openmp_runtime() -> None:
     """lopa's OpenMP kernels run on the thread pool torch's parallel ops use, not on a second runtime."""
@@ -170,8 +211,9 @@ def _assert_rows_computed_alike(layer: torch.nn.Module, inputs: int) -> None:
 
 @pytest.mark.parametrize("tiles", TILES)
 def test_int4_layer_computes_each_row_alike(tiles: bool) -> None:
+    """17 panels of 16 outputs: the register path's blocks of 4 (1 row) and 2 (2 rows) panels, and one left over."""
     torch.manual_seed(0)
-    dense = torch.nn.Linear(256, 256, bias=False)
+    dense = torch.nn.Linear(256, 272, bias=False)
     layer = Int4Linear.from_weight(dense.weight, tiles=tiles)
     _assert_rows_computed_alike(layer, 256)
     x = torch.randn(5, 256, dtype=torch.bfloat16)
@@ -263,7 +305,7 @@ def test_int4_from_the_gguf_equals_int4_from_transformers_conversion(precision: 
     reference = load_model(None, dtype=torch.bfloat16, fast=False).model
     if precision is None:
         tensors = GGUFTensors(source, reference)
-        keep_q8_vocabulary(reference, tensors.tensors)
+        keep_q8_vocabulary(reference, tensors)
         quantize_int4(reference, tensors)
         assert reference.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0}
     else:

@@ -9,6 +9,7 @@ dequantizer, the same per-architecture processor: Llama's rotary row order, Gemm
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -86,18 +87,25 @@ class GGUFTensors:
         tensor = self._tensors[name]
         return self._processed(tensor, tensor.data)
 
-    def read_into(self, name: str, target: torch.Tensor, rows_per_read: int = 4096) -> None:
-        """Fill `target` with the tensor as `dequantized` gives it, a slab of rows at a time where the processor
+    def stored(self, name: str) -> ReaderTensor:
+        """The file's tensor for the model's `name`, as the file stores it."""
+        return self._tensors[name]
+
+    def slabs(self, name: str, rows_per_read: int = 4096) -> Iterator[tuple[int, torch.Tensor]]:
+        """(first row, rows) of the tensor as `dequantized` gives it, a slab of rows at a time where the processor
         keeps rows in place: numpy's dequantizers make temporaries several times a whole vocabulary's fp32 size."""
         tensor = self._tensors[name]
         rows = len(tensor.data)
         if tensor.data.ndim != 2 or not np.array_equal(self._row_order(tensor.name, rows), np.arange(rows)):
-            target.copy_(self.dequantized(name))
+            yield 0, self.dequantized(name)
             return
         for start in range(0, rows, rows_per_read):
-            target[start : start + rows_per_read].copy_(
-                self._processed(tensor, tensor.data[start : start + rows_per_read])
-            )
+            yield start, self._processed(tensor, tensor.data[start : start + rows_per_read])
+
+    def read_into(self, name: str, target: torch.Tensor, rows_per_read: int = 4096) -> None:
+        """Fill `target` with the tensor as `dequantized` gives it, a slab of rows at a time (`slabs`)."""
+        for start, rows in self.slabs(name, rows_per_read):
+            target[start : start + len(rows)].copy_(rows)
 
     def _processed(self, tensor: ReaderTensor, data: np.ndarray) -> torch.Tensor:
         """`data` (the tensor's or some of its rows) dequantized and processed as transformers would."""

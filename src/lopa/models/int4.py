@@ -271,8 +271,8 @@ def quantize_int4(model: PreTrainedModel, tensors: GGUFTensors | None = None) ->
 
 def kernel_name(model: nn.Module) -> str:
     """Which int4 kernel the model's layers run on: 'amx-tiles', 'torch' or 'amx-tiles+torch', and '+q8-vocab'
-    where the vocabulary stays in the file's Q8_0 (models/q8_vocabulary.py)."""
+    where the vocabulary projection runs in Q8_0 (models/q8_vocabulary.py)."""
     tiles = {layer.tiles for layer in model.modules() if isinstance(layer, Int4Linear)}
-    q8 = getattr(model, "lopa_int4_layers", {}).get("vocabulary") == "q8_0"
+    q8 = getattr(model, "lopa_int4_layers", {}).get("vocabulary", "").startswith("q8_0")
     used = (("amx-tiles", True in tiles), ("torch", False in tiles), ("q8-vocab", q8))
     return "+".join(name for name, on in used if on)

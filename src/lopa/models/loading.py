@@ -147,7 +147,8 @@ def resolve_model_dir(spec: str | None, weights: bool = True) -> tuple[str, Path
 def _int4_from_gguf(config: PretrainedConfig, gguf: Path, table: Path) -> PreTrainedModel:
     """The int4 model built from its GGUF without an fp32 copy: a bf16 skeleton left uninitialised (its large
     matrices are never touched, so never resident) takes the file's embeddings, norms and biases, then each
-    decoder linear layer becomes an Int4Linear from the file, and a tied Q8_0 vocabulary stays Q8_0 where it can.
+    decoder linear layer becomes an Int4Linear from the file, and the vocabulary projection runs in Q8_0 where it can
+    (models/q8_vocabulary.py).
     The weights equal those of a bf16 load of transformers' conversion, quantized the same way (tested). `table`:
     where the file's tensors lie, cached (models/gguf_tensors.tensor_table)."""
     with no_init_weights():
@@ -155,7 +156,7 @@ def _int4_from_gguf(config: PretrainedConfig, gguf: Path, table: Path) -> PreTra
     model.tie_weights()  # from_pretrained ties them after loading; here they must be tied before filling
     model.eval().requires_grad_(False)
     tensors = GGUFTensors(gguf, model, table)
-    vocabulary = "q8_0" if keep_q8_vocabulary(model, tensors.tensors) else "bf16"
+    vocabulary = keep_q8_vocabulary(model, tensors) or "bf16"
     keep_int4_embedding(model, tensors)
     linears = {module for module in model.get_decoder().modules() if type(module) is nn.Linear}
     linear_weights = {f"{name}.weight" for name, module in model.named_modules() if module in linears}
@@ -184,8 +185,8 @@ def load_model(
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
     dtype "int4": bf16 with the decoder's linear layers int4 weight-only, a GGUF's own 4-bit blocks kept as they
-    are (CPU, models/int4.py), and its Q8_0 tied vocabulary kept too where the AMX kernel runs
-    (models/q8_vocabulary.py).
+    are (CPU, models/int4.py), and its vocabulary projection in Q8_0 where the AMX kernel runs (the file's own
+    blocks, or quantized once: models/q8_vocabulary.py).
     fast: lopa's CPU kernels (oneDNN-packed linears, in-place grouped-KV attention: models/fastkernels.py);
     False leaves the stock transformers modules.
     """

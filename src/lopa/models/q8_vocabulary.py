@@ -1,4 +1,4 @@
-"""A GGUF's Q8_0 token embedding kept in Q8_0, as the input embedding and the tied vocabulary projection.
+"""An int4 model's vocabulary projection in Q8_0: the file's own Q8_0 blocks where it has them, else quantized once.
 
 Small models tie the output projection to the token embedding, and GGUF files store that matrix in Q8_0 (an
 fp16 scale per 32 int8 codes) even when the rest is 4-bit. Expanded to bf16 it was the largest tensor of an int4
@@ -7,6 +7,13 @@ whole every forward. Here it stays in Q8_0: the projection runs on the AMX kerne
 (kernels/int4_matmul.c, its int8 entry: every row computed alike whatever the row count, so trees keep one-token
 steps' logits), and the embedding dequantizes only the rows it looks up, to the bf16 values transformers' own
 loader gives (code * scale in fp32, rounded once).
+
+Larger models keep a separate output projection: Qwen2.5-Coder-0.5B's file stores it in Q8_0 (kept as it is),
+the 1.5B's in Q6_K, which in bf16 (0.47 GB) was a fifth of a one-token forward, read at two bytes a weight. An
+untied projection the file stores otherwise is quantized to Q8_0 by lopa from the values transformers' loader gives
+(a byte a weight and a scale per 32, kept in fp32); like lopa's own int4 quantization of the decoder layers the
+file stores in other types, that is an approximation of the file, and lookahead stays exact against plain
+decoding of the model so built.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from gguf.gguf_reader import ReaderTensor
 from torch import nn
 from transformers import PreTrainedModel
 
+from .gguf_tensors import GGUFTensors
 from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, tile_product
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
@@ -77,11 +85,9 @@ class Q8Embedding(nn.Module):
         return self._vocabulary[0].rows(ids.reshape(-1)).view(*ids.shape, self.embedding_dim)
 
 
-def q8_blocks(tensors: list[ReaderTensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A GGUF's token embedding, from its tensors, as (codes [vocab, hidden] int8, scale [vocab, hidden / 32] fp32)
-    when it is Q8_0, else None. Its rows are token ids in order (no reordering applies to it)."""
-    tensor = next((t for t in tensors if t.name == "token_embd.weight"), None)
-    if tensor is None or tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
+def q8_blocks(tensor: ReaderTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A Q8_0 tensor's (codes [rows, columns] int8, scale [rows, columns / 32] fp32); None for another type."""
+    if tensor.tensor_type != gguf.GGMLQuantizationType.Q8_0:
         return None
     blocks = np.asarray(tensor.data).reshape(int(tensor.shape[-1]), -1, Q8_0_BLOCK)
     scale = fp16_field(blocks[..., 0:2])
@@ -89,21 +95,48 @@ def q8_blocks(tensors: list[ReaderTensor]) -> tuple[torch.Tensor, torch.Tensor] 
     return torch.from_numpy(codes), torch.from_numpy(scale)
 
 
-def keep_q8_vocabulary(model: PreTrainedModel, tensors: list[ReaderTensor]) -> bool:
-    """Swap a tied embedding/projection (an int4 model's uninitialised skeleton: its bf16 matrix never filled) for the
-    file's Q8_0 blocks (in place), where the AMX kernel runs and the model's embedding is a plain lookup (Gemma
-    scales its own); returns whether it did."""
+def quantize_q8(tensors: GGUFTensors, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tensor `name`, as transformers' loader gives it, quantized by Q8_0's rule (llama.cpp's
+    quantize_row_q8_0: per 32, scale = max |w| / 127, code = round(w / scale)) with the scale kept in fp32; read a
+    slab of rows at a time."""
+    codes, scales = [], []
+    for _, rows in tensors.slabs(name):
+        groups = rows.float().unflatten(-1, (-1, GROUP))
+        scale = groups.abs().amax(-1) / 127
+        codes.append((groups / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None]).round().to(torch.int8))
+        scales.append(scale)
+    return torch.cat(codes).flatten(1), torch.cat(scales)
+
+
+def _name(model: nn.Module, module: nn.Module) -> str:
+    return next(name for name, m in model.named_modules() if m is module) + ".weight"
+
+
+def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | None:
+    """Swap an int4 model's vocabulary projection (its uninitialised skeleton: the bf16 matrix never filled) for a
+    Q8Vocabulary in place, where the AMX kernel runs; returns where its codes came from: "q8_0" (the file's: a tied
+    Q8_0 embedding, which then stays the input embedding too where it is a plain lookup, or an untied projection
+    stored in Q8_0), "q8_0-by-lopa" (an untied projection the file stores otherwise, quantize_q8), or None (left as
+    it is: a tied embedding in another type, or shapes the kernel does not take)."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
-    tied = projection is not None and projection.weight is embedding.weight
-    if not tied or type(embedding) is not nn.Embedding or _tile_kernel() is None:
-        return False
-    vocab, hidden = embedding.weight.shape
+    if type(projection) is not nn.Linear or projection.bias is not None or _tile_kernel() is None:
+        return None
+    vocab, hidden = projection.weight.shape
     if vocab % PANEL or hidden % (2 * GROUP):
-        return False
-    blocks = q8_blocks(tensors)
-    if blocks is None:
-        return False
-    vocabulary = Q8Vocabulary(*blocks)
-    model.set_output_embeddings(vocabulary)
-    model.set_input_embeddings(Q8Embedding(vocabulary))
-    return True
+        return None
+    if projection.weight is embedding.weight:  # tied
+        name = _name(model, embedding)
+        blocks = q8_blocks(tensors.stored(name)) if type(embedding) is nn.Embedding and name in tensors else None
+        if blocks is None:
+            return None
+        vocabulary = Q8Vocabulary(*blocks)
+        model.set_output_embeddings(vocabulary)
+        model.set_input_embeddings(Q8Embedding(vocabulary))
+        return "q8_0"
+    name = _name(model, projection)
+    if name not in tensors:
+        return None
+    blocks = q8_blocks(tensors.stored(name))
+    source = "q8_0" if blocks is not None else "q8_0-by-lopa"
+    model.set_output_embeddings(Q8Vocabulary(*(blocks or quantize_q8(tensors, name))))
+    return source
