@@ -47,7 +47,9 @@ def register(subparsers) -> None:
         aliases=["train-predictor"],
         help="train the EAGLE-3 lookahead predictor on a self-distillation corpus",
     )
-    t.add_argument("--corpus", required=True, type=Path, help="a `lopa build-corpus` directory")
+    t.add_argument(
+        "--corpus", required=True, type=Path, nargs="+", help="`lopa build-corpus` directories, read in this order"
+    )
     t.add_argument("--out", required=True, type=Path, help="predictor directory (EAGLE-3 / speculators layout)")
     t.add_argument("--model", default=None, help="the corpus's base model (default: SmolLM2-135M-Instruct)")
     t.add_argument("--sequences", type=int, default=None, help="use the first N corpus sequences (default: all)")
@@ -135,7 +137,8 @@ def _train_predictor(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     loaded = load_model(args.model, fast=False)
-    sequences = [(prompt, answer) for prompt, answer, _ in load_corpus(args.corpus)][: args.sequences]
+    sequences = [(prompt, answer) for corpus in args.corpus for prompt, answer, _ in load_corpus(corpus)]
+    sequences = sequences[: args.sequences]
     held = args.held_out
     aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
     held_out, train = (
