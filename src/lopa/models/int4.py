@@ -183,7 +183,8 @@ def keep_int4_embedding(model: PreTrainedModel, tensors: GGUFTensors) -> bool:
     """Swap an untied plain token embedding that the file stores in 4-bit blocks for an Int4Embedding over them
     (in place); returns whether it did. A tied one stays: the vocabulary projection reads the whole matrix."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
-    if type(embedding) is not nn.Embedding or (projection is not None and projection.weight is embedding.weight):
+    tied = projection is not None and projection._parameters.get("weight") is embedding.weight  # a Q8_0 projection
+    if type(embedding) is not nn.Embedding or tied:  # builds a whole matrix for .weight: not asked here
         return False
     name = next(name for name, module in model.named_modules() if module is embedding) + ".weight"
     blocks = tensors.blocks(name) if name in tensors else None

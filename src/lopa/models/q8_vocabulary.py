@@ -95,17 +95,19 @@ def q8_blocks(tensor: ReaderTensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     return torch.from_numpy(codes), torch.from_numpy(scale)
 
 
-def quantize_q8(tensors: GGUFTensors, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The tensor `name`, as transformers' loader gives it, quantized by Q8_0's rule (llama.cpp's
-    quantize_row_q8_0: per 32, scale = max |w| / 127, code = round(w / scale)) with the scale kept in fp32; read a
-    slab of rows at a time."""
-    codes, scales = [], []
-    for _, rows in tensors.slabs(name):
+def quantize_q8(tensors: GGUFTensors, name: str, shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tensor `name` [rows, columns], as transformers' loader gives it, quantized by Q8_0's rule (llama.cpp's
+    quantize_row_q8_0: per 32, scale = max |w| / 127, code = round(w / scale)) with the scale kept in fp32; a slab
+    of rows at a time, into the result."""
+    codes, scale = torch.empty(shape, dtype=torch.int8), torch.empty(shape[0], shape[1] // GROUP)
+    for start, rows in tensors.slabs(name):
         groups = rows.float().unflatten(-1, (-1, GROUP))
-        scale = groups.abs().amax(-1) / 127
-        codes.append((groups / scale.clamp_min(torch.finfo(torch.float32).tiny)[..., None]).round().to(torch.int8))
-        scales.append(scale)
-    return torch.cat(codes).flatten(1), torch.cat(scales)
+        part = scale[start : start + len(rows)]
+        torch.div(groups.abs().amax(-1), 127, out=part)
+        codes[start : start + len(rows)] = (
+            groups.div(part.clamp_min(torch.finfo(torch.float32).tiny)[..., None]).round_().flatten(1)
+        )
+    return codes, scale
 
 
 def _name(model: nn.Module, module: nn.Module) -> str:
@@ -138,5 +140,5 @@ def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | No
         return None
     blocks = q8_blocks(tensors.stored(name))
     source = "q8_0" if blocks is not None else "q8_0-by-lopa"
-    model.set_output_embeddings(Q8Vocabulary(*(blocks or quantize_q8(tensors, name))))
+    model.set_output_embeddings(Q8Vocabulary(*(blocks or quantize_q8(tensors, name, projection.weight.shape))))
     return source
