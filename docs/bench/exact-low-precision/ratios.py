@@ -7,7 +7,7 @@ import json
 import statistics
 import sys
 
-PAIRS = [("lopa", "llamacpp"), ("lopa", "llamacpp-pld"), ("ar", "llamacpp"), ("lopa", "ar"), ("ar", "hf")]
+PAIRS = [("lopa", "llamacpp"), ("lopa", "llamacpp-pld"), ("ar", "llamacpp"), ("lopa", "ar"), ("lopa-ngram", "ar"), ("ar", "hf")]
 for path in sys.argv[1:]:
     prompts = json.load(open(path))["prompts"]
     ratios = {
