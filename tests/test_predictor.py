@@ -23,7 +23,7 @@ from lopa.models.loading import token_rows
 from lopa.models.runner import Runner
 from lopa.train.predictor import (
     LOG,
-    Features,
+    FeatureSet,
     PredictorSettings,
     _Batch,
     accuracy,
@@ -259,24 +259,29 @@ def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
         )
         for i in range(7)
     ]
-    alone = Features.concat([teacher_force(model, [s], AUX) for s in sequences])
+    alone = FeatureSet([teacher_force(model, [s], AUX) for s in sequences])
     batched = teacher_force(model, sequences, AUX, batch_size=3)
-    assert torch.equal(alone.ids, batched.ids) and torch.equal(alone.offsets, batched.offsets)
-    assert torch.equal(alone.labels, batched.labels)
+    assert len(alone) == len(batched) == len(sequences)
+    assert torch.equal(alone.ids, batched.ids) and torch.equal(alone.labels, batched.labels)
     answer = batched.labels >= 0
     assert torch.equal(batched.top_ids[answer, 0].long(), batched.labels[answer])  # the likeliest is the label
-    torch.testing.assert_close(alone.top_probs.float(), batched.top_probs.float(), atol=2e-2, rtol=1e-2)
-    torch.testing.assert_close(alone.layers.float(), batched.layers.float(), atol=2e-2, rtol=1e-2)
+    for s in range(len(sequences)):
+        one, many = alone.row(s), batched.row(s)
+        assert alone.length(s) == batched.length(s) == len(sequences[s][0]) + len(sequences[s][1])
+        torch.testing.assert_close(one.top_probs.float(), many.top_probs.float(), atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(one.layers.float(), many.layers.float(), atol=2e-2, rtol=1e-2)
     assert (batched.labels >= 0).sum() == sum(len(a) for _, a in sequences)  # the last prompt row predicts answer[0]
     with patch("lopa.train.predictor.CACHE_BLOCK", 3):
         cached = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
         assert len(list(tmp_path.glob("features-*.safetensors"))) == 3
-        again = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
+        again = teacher_force(model, sequences, AUX, cache_dir=tmp_path)  # read back, mapped from the files
     for got in (cached, again):
-        assert all(
-            torch.equal(getattr(got, k), getattr(batched, k))
-            for k in ("ids", "labels", "top_ids", "top_probs", "offsets")
-        )
+        assert len(got) == len(sequences)
+        for s in range(len(sequences)):
+            ours, theirs = got.row(s), batched.row(s)
+            assert all(
+                torch.equal(getattr(ours, k), getattr(theirs, k)) for k in ("ids", "labels", "top_ids", "top_probs")
+            )
 
 
 def test_greedy_with_the_predictor_equals_plain(model, trained) -> None:

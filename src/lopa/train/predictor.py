@@ -22,6 +22,7 @@ depth per epoch) and `trainer_state.pt` (AdamW and schedule state, epoch) after 
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
@@ -30,9 +31,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import DynamicCache
 
@@ -93,18 +95,68 @@ class Features:
         lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
         return _Batch(*(getattr(self, k)[lo:hi] for k in ROWS))
 
-    @classmethod
-    def concat(cls, parts: list[Features]) -> Features:
-        starts = torch.tensor([0] + [len(p.ids) for p in parts[:-1]]).cumsum(0)
-        offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + start for p, start in zip(parts, starts)])
-        return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ROWS), offsets)
-
     def save(self, path: Path) -> None:
         save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(path))
 
     @classmethod
     def load(cls, path: Path) -> Features:
-        return cls(**load_file(str(path)))
+        """A cached block, mapped from its file rather than read into memory (file-backed pages the kernel may
+        drop and read again): a grown corpus's features outgrow the memory (3.26M rows, ~12 GB)."""
+        return cls(**_mapped_safetensors(path))
+
+
+class FeatureSet:
+    """Several Features read as one sequence list, without concatenating their rows (a copy of all of them)."""
+
+    def __init__(self, parts: list[Features]):
+        self.parts = parts
+        self._starts = [0]
+        for part in parts:
+            self._starts.append(self._starts[-1] + len(part))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def _locate(self, s: int) -> tuple[Features, int]:
+        part = bisect.bisect_right(self._starts, s) - 1
+        return self.parts[part], s - self._starts[part]
+
+    def length(self, s: int) -> int:
+        part, local = self._locate(s)
+        return part.length(local)
+
+    def row(self, s: int) -> _Batch:
+        part, local = self._locate(s)
+        return part.row(local)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return torch.cat([part.ids for part in self.parts])
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return torch.cat([part.labels for part in self.parts])
+
+
+TeacherForced = Features | FeatureSet  # what training reads: one block, or many read as one
+
+SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "I64": torch.int64, "I32": torch.int32}
+
+
+def _mapped_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors over a copy-on-write mapping of it (safetensors' own loader reads them in)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    data = np.memmap(path, dtype=np.uint8, mode="c", offset=8 + size)
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = entry["data_offsets"]
+        flat = torch.from_numpy(data[start:end]) if end > start else torch.empty(0, dtype=torch.uint8)
+        tensors[name] = flat.view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return tensors
 
 
 def features_key(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> str:
@@ -120,7 +172,7 @@ def teacher_force(
     aux_layers: list[int],
     batch_size: int = 8,
     cache_dir: Path | None = None,
-) -> Features:
+) -> TeacherForced:
     """The base's aux-layer hidden states, next-token labels (on the answer) and top next tokens of every sequence.
 
     Sequences run in length-sorted, right-padded batches (causal attention: padding never reaches a real
@@ -128,7 +180,7 @@ def teacher_force(
     `features_key`, so a grown corpus only computes its new blocks."""
     if cache_dir is not None and len(sequences) > CACHE_BLOCK:
         blocks = range(0, len(sequences), CACHE_BLOCK)
-        return Features.concat(
+        return FeatureSet(
             [teacher_force(model, sequences[b : b + CACHE_BLOCK], aux_layers, batch_size, cache_dir) for b in blocks]
         )
     path = Path(cache_dir) / f"{features_key(model, sequences, aux_layers)}.safetensors" if cache_dir else None
@@ -162,6 +214,7 @@ def teacher_force(
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         features.save(path)
+        return Features.load(path)  # mapped: the rows computed here leave the memory
     return features
 
 
@@ -203,7 +256,7 @@ def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[torch.
     return results
 
 
-def accuracy(predictor: Eagle3Predictor, data: Features, steps: int = 1, batch_size: int = 8) -> list[float]:
+def accuracy(predictor: Eagle3Predictor, data: TeacherForced, steps: int = 1, batch_size: int = 8) -> list[float]:
     """Top-1 accuracy of each unrolled step against the base's own next tokens (out-of-vocabulary count as wrong).
 
     Step s is scored given the true tokens before it, as the tree's first branch is when the draft so far
@@ -240,7 +293,7 @@ def step_loss(
     return -((probs * log_q).sum(-1)[rows] / mass[rows]).mean()
 
 
-def _batches(data: Features, batch_size: int, generator: torch.Generator | None):
+def _batches(data: TeacherForced, batch_size: int, generator: torch.Generator | None):
     """Batches of similar length (little padding), in random order when a generator is given."""
     order = sorted(range(len(data)), key=data.length)
     groups = [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
@@ -250,7 +303,7 @@ def _batches(data: Features, batch_size: int, generator: torch.Generator | None)
         yield _collate([data.row(s) for s in group])
 
 
-def _draft_vocab(data: Features, vocab: int, size: int) -> torch.Tensor:
+def _draft_vocab(data: TeacherForced, vocab: int, size: int) -> torch.Tensor:
     """The `size` most frequent labels (ties and unseen tokens by id)."""
     counts = torch.bincount(data.labels[data.labels >= 0], minlength=vocab)[:vocab].float()
     return counts.topk(size, sorted=False).indices
@@ -263,9 +316,9 @@ def _schedule(settings: PredictorSettings, total: int):
 
 def train_predictor(
     model,
-    data: Features,
+    data: TeacherForced,
     *,
-    held_out: Features | None = None,
+    held_out: TeacherForced | None = None,
     aux_layers: list[int] | None = None,
     draft_vocab_size: int | None = None,
     intermediate_size: int | None = None,
