@@ -31,3 +31,7 @@ for dtype in bfloat16 int4; do python $out/ties.py $dtype 2>&1 | grep -v "^USDT"
 #   bash docs/bench/step-overhead/run.sh | tee docs/bench/step-overhead/calls.log
 #   python docs/bench/q8-vocabulary/ab.py | tee docs/bench/q8-vocabulary/ab.log
 #   python $out/memory.py | tee docs/bench/q8-vocabulary/memory.log
+# After the register path's panels side by side (c71a3d5; 2026-12-06, seventh session; the predictor's training stopped
+# with SIGSTOP meanwhile):
+#   run int4-panels int4 shipped
+#   python $out/ratios.py $out/int4-panels/results.json | tee $out/ratios-panels.log
