@@ -183,8 +183,9 @@ def keep_int4_embedding(model: PreTrainedModel, tensors: GGUFTensors) -> bool:
     """Swap an untied plain token embedding that the file stores in 4-bit blocks for an Int4Embedding over them
     (in place); returns whether it did. A tied one stays: the vocabulary projection reads the whole matrix."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
-    tied = projection is not None and projection._parameters.get("weight") is embedding.weight  # a Q8_0 projection
-    if type(embedding) is not nn.Embedding or tied:  # builds a whole matrix for .weight: not asked here
+    # the parameter, not .weight: a Q8_0 projection's .weight builds its whole bf16 matrix
+    tied = projection is not None and projection._parameters.get("weight") is embedding.weight
+    if type(embedding) is not nn.Embedding or tied:
         return False
     name = next(name for name, module in model.named_modules() if module is embedding) + ".weight"
     blocks = tensors.blocks(name) if name in tensors else None
