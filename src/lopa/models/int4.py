@@ -179,6 +179,11 @@ class Int4Embedding(nn.Module):
         return rows.bfloat16().view(*ids.shape, self.embedding_dim)
 
 
+def weight_name(model: nn.Module, module: nn.Module) -> str:
+    """The model's name for `module`'s weight (how GGUFTensors names the file's tensor)."""
+    return next(name for name, m in model.named_modules() if m is module) + ".weight"
+
+
 def keep_int4_embedding(model: PreTrainedModel, tensors: GGUFTensors) -> bool:
     """Swap an untied plain token embedding that the file stores in 4-bit blocks for an Int4Embedding over them
     (in place); returns whether it did. A tied one stays: the vocabulary projection reads the whole matrix."""
@@ -187,7 +192,7 @@ def keep_int4_embedding(model: PreTrainedModel, tensors: GGUFTensors) -> bool:
     tied = projection is not None and projection._parameters.get("weight") is embedding.weight
     if type(embedding) is not nn.Embedding or tied:
         return False
-    name = next(name for name, module in model.named_modules() if module is embedding) + ".weight"
+    name = weight_name(model, embedding)
     blocks = tensors.blocks(name) if name in tensors else None
     if blocks is not None:
         model.set_input_embeddings(Int4Embedding(*blocks))

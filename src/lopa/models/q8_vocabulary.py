@@ -26,7 +26,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .gguf_tensors import GGUFTensors
-from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, tile_product
+from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, tile_product, weight_name
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
 
@@ -110,10 +110,6 @@ def quantize_q8(tensors: GGUFTensors, name: str, shape: torch.Size) -> tuple[tor
     return codes, scale
 
 
-def _name(model: nn.Module, module: nn.Module) -> str:
-    return next(name for name, m in model.named_modules() if m is module) + ".weight"
-
-
 def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | None:
     """Swap an int4 model's vocabulary projection (its uninitialised skeleton: the bf16 matrix never filled) for a
     Q8Vocabulary in place, where the AMX kernel runs; returns where its codes came from: "q8_0" (the file's: a tied
@@ -127,7 +123,7 @@ def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | No
     if vocab % PANEL or hidden % (2 * GROUP):
         return None
     if projection.weight is embedding.weight:  # tied
-        name = _name(model, embedding)
+        name = weight_name(model, embedding)
         blocks = q8_blocks(tensors.stored(name)) if type(embedding) is nn.Embedding and name in tensors else None
         if blocks is None:
             return None
@@ -135,7 +131,7 @@ def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | No
         model.set_output_embeddings(vocabulary)
         model.set_input_embeddings(Q8Embedding(vocabulary))
         return "q8_0"
-    name = _name(model, projection)
+    name = weight_name(model, projection)
     if name not in tensors:
         return None
     blocks = q8_blocks(tensors.stored(name))
