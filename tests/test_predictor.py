@@ -227,6 +227,31 @@ def test_training_lowers_the_loss_and_learns_the_next_token(model, trained) -> N
     assert len(more) == 31 and torch.equal(resumed.d2t, predictor.d2t)
 
 
+def test_a_resumed_training_run_equals_an_uninterrupted_one(model, trained, tmp_path) -> None:
+    """Killed after its second epoch's checkpoint and resumed, a run ends with the weights of one never stopped."""
+    _, _, sequences, _ = trained
+    data = teacher_force(model, sequences[:8], AUX)
+    settings = PredictorSettings(epochs=4, batch_size=2, lr=3e-3, ttt_steps=2)
+    kwargs = dict(aux_layers=AUX, draft_vocab_size=24, settings=settings)
+    whole, _ = train_predictor(model, data, out=tmp_path / "whole", **kwargs)
+    saves = 0
+
+    def save_then_die(predictor, out):
+        nonlocal saves
+        saves += 1
+        if saves == 3:  # the third epoch's checkpoint never lands: the process died after the second
+            raise KeyboardInterrupt
+        save_predictor(predictor, out)
+
+    with patch("lopa.train.predictor.save_predictor", save_then_die), pytest.raises(KeyboardInterrupt):
+        train_predictor(model, data, out=tmp_path / "cut", **kwargs)
+    assert [json.loads(line)["epoch"] for line in (tmp_path / "cut" / LOG).read_text().splitlines()] == [0, 1]
+    resumed, log = train_predictor(model, data, out=tmp_path / "cut", resume=True, **kwargs)
+    assert [e["epoch"] for e in log] == [0, 1, 2, 3]
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 def test_distillation_targets_the_base_distribution_renormalised_over_the_draft_vocabulary(model) -> None:
     predictor = untrained(model)  # draft vocabulary: target ids 0..23 of 32
     ids = torch.tensor([[4, 5, 6, 7]])
