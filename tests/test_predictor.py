@@ -24,6 +24,7 @@ from lopa.models.runner import Runner
 from lopa.train.predictor import (
     LOG,
     FeatureSet,
+    OnlineTeacher,
     PredictorSettings,
     _Batch,
     accuracy,
@@ -307,6 +308,29 @@ def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
             assert all(
                 torch.equal(getattr(ours, k), getattr(theirs, k)) for k in ("ids", "labels", "top_ids", "top_probs")
             )
+
+
+def test_online_teacher_forcing_gives_the_cached_rows_and_trains_alike(model, trained) -> None:
+    """Rows teacher-forced per training batch (no cache) are the cached rows; on the model's own greedy answers
+    the answers' token counts are the labels' counts, so the draft vocabulary is the same, and training reaches
+    the cached run's accuracy."""
+    predictor, log, sequences, _ = trained
+    online, cached = OnlineTeacher(model, sequences, AUX), teacher_force(model, sequences, AUX)
+    assert len(online) == len(cached) and [online.length(s) for s in range(len(online))] == [
+        cached.length(s) for s in range(len(cached))
+    ]
+    assert torch.equal(online.label_counts(32), cached.label_counts(32))
+    ours, theirs = online.batch([5, 0, 17]), cached.batch([5, 0, 17])
+    assert torch.equal(ours.ids, theirs.ids) and torch.equal(ours.labels, theirs.labels)
+    torch.testing.assert_close(ours.layers.float(), theirs.layers.float(), atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(ours.top_probs.float(), theirs.top_probs.float(), atol=2e-2, rtol=1e-2)
+    settings = PredictorSettings(epochs=30, batch_size=8, lr=3e-3, ttt_steps=3)
+    learned, online_log = train_predictor(
+        model, online, held_out=cached, aux_layers=AUX, draft_vocab_size=24, settings=settings
+    )
+    assert torch.equal(learned.d2t, predictor.d2t)
+    assert online_log[-1]["loss"] < 0.5 * online_log[0]["loss"]
+    assert abs(online_log[-1]["held_out_top1"][0] - log[-1]["held_out_top1"][0]) < 0.05
 
 
 def test_greedy_with_the_predictor_equals_plain(model, trained) -> None:

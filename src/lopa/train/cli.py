@@ -76,6 +76,15 @@ def register(subparsers) -> None:
         default=Path(tempfile.gettempdir()) / "lopa-predictor-features",
         help="cache of the teacher-forced features (recomputed when missing)",
     )
+    t.add_argument(
+        "--online",
+        action="store_true",
+        help="teacher-force each training batch when it is drawn, storing no features (for a GPU and a corpus "
+        "whose features outgrow the disk); the held-out split is still computed once",
+    )
+    t.add_argument(
+        "--device", default="cpu", help="cpu or cuda[:N]: where the base teacher-forces and the predictor trains"
+    )
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
     t.set_defaults(func=_train_predictor)
@@ -132,18 +141,22 @@ def _train_predictor(args: argparse.Namespace) -> int:
     from ..models.loading import load_model
     from .corpus import load_corpus
     from .plot import plot_accuracy
-    from .predictor import LOG, PredictorSettings, teacher_force, train_predictor
+    from .predictor import LOG, OnlineTeacher, PredictorSettings, teacher_force, train_predictor
 
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = True  # a GPU's fp32 teacher forcing on tensor cores (features are bf16)
     start = time.perf_counter()
-    loaded = load_model(args.model, fast=False)
+    loaded = load_model(args.model, fast=False, device=args.device, dtype=torch.float32)
     sequences = [(prompt, answer) for corpus in args.corpus for prompt, answer, _ in load_corpus(corpus)]
     sequences = sequences[: args.sequences]
     held = args.held_out
     aux = default_aux_layers(loaded.model.config.get_text_config().num_hidden_layers)
-    held_out, train = (
-        teacher_force(loaded.model, part, aux, cache_dir=args.features_dir)
-        for part in (sequences[:held], sequences[held:])
+    cache = None if args.online else args.features_dir
+    held_out = teacher_force(loaded.model, sequences[:held], aux, cache_dir=cache)
+    train = (
+        OnlineTeacher(loaded.model, sequences[held:], aux)
+        if args.online
+        else teacher_force(loaded.model, sequences[held:], aux, cache_dir=cache)
     )
     settings = PredictorSettings(
         epochs=args.epochs,
@@ -169,7 +182,7 @@ def _train_predictor(args: argparse.Namespace) -> int:
     result = {
         "command": "lopa " + shlex.join(sys.argv[1:]),
         "train_sequences": len(train),
-        "train_rows": len(train.ids),
+        "train_rows": sum(map(train.length, range(len(train)))),
         "held_out_sequences": len(held_out),
         "loss": log[-1]["loss"],
         "held_out_top1_by_depth": log[-1]["held_out_top1"],

@@ -69,12 +69,25 @@ class _Batch:
     top_ids: torch.Tensor  # [B, L, TOP_K] the base's likeliest next tokens
     top_probs: torch.Tensor  # [B, L, TOP_K] their probabilities (bf16; 0 in padding)
 
+    def to(self, device: torch.device) -> _Batch:
+        return _Batch(*(getattr(self, k).to(device) for k in ROWS))
+
 
 ROWS = ("ids", "layers", "labels", "top_ids", "top_probs")  # the per-row fields, in _Batch's order
 
 
+class _CachedRows:
+    """What training reads from cached rows: a group of sequences as one padded batch, and the labels' counts."""
+
+    def batch(self, group: list[int]) -> _Batch:
+        return _collate([self.row(s) for s in group])
+
+    def label_counts(self, vocab: int) -> torch.Tensor:
+        return torch.bincount(self.labels[self.labels >= 0], minlength=vocab)[:vocab]
+
+
 @dataclass
-class Features:
+class Features(_CachedRows):
     """Teacher-forced rows of many sequences, concatenated ([N] ids and labels, [N, aux * hidden] bf16 layers,
     [N, TOP_K] top next tokens and probabilities)."""
 
@@ -105,7 +118,7 @@ class Features:
         return cls(**_mapped_safetensors(path))
 
 
-class FeatureSet:
+class FeatureSet(_CachedRows):
     """Several Features read as one sequence list, without concatenating their rows (a copy of all of them)."""
 
     def __init__(self, parts: list[Features]):
@@ -137,8 +150,6 @@ class FeatureSet:
     def labels(self) -> torch.Tensor:
         return torch.cat([part.labels for part in self.parts])
 
-
-TeacherForced = Features | FeatureSet  # what training reads: one block, or many read as one
 
 SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32, "I64": torch.int64, "I32": torch.int32}
 
@@ -172,7 +183,7 @@ def teacher_force(
     aux_layers: list[int],
     batch_size: int = 8,
     cache_dir: Path | None = None,
-) -> TeacherForced:
+) -> Features | FeatureSet:
     """The base's aux-layer hidden states, next-token labels (on the answer) and top next tokens of every sequence.
 
     Sequences run in length-sorted, right-padded batches (causal attention: padding never reaches a real
@@ -189,25 +200,8 @@ def teacher_force(
     order = sorted(range(len(sequences)), key=lambda s: len(sequences[s][0]) + len(sequences[s][1]))
     rows: dict[int, _Batch] = {}
     for lo in tqdm(range(0, len(order), batch_size), desc="teacher forcing", unit="batch"):
-        part = [list(sequences[s][0]) + list(sequences[s][1]) for s in order[lo : lo + batch_size]]
-        length = max(map(len, part))
-        ids = torch.zeros(len(part), length, dtype=torch.long)
-        mask = torch.zeros(len(part), length, dtype=torch.long)
-        for b, seq in enumerate(part):
-            ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
-        out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
-        labels = out.logits.argmax(-1).cpu()
-        logits = out.logits.float()
-        top = logits.topk(min(TOP_K, logits.shape[-1]), -1)  # the softmax's order: no full-vocabulary softmax copy
-        top_probs = (top.values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.bfloat16).cpu()
-        top_ids = top.indices.to(torch.int32).cpu()
-        layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
-        for b, s in enumerate(order[lo : lo + batch_size]):
-            n, prompt = len(part[b]), len(sequences[s][0])
-            label = labels[b, :n].clone()
-            label[: prompt - 1] = -100  # prompt positions: no loss
-            label[-1] = -100  # after the last token the data has no next token to check against
-            rows[s] = _Batch(ids[b, :n], layers[b, :n], label, top_ids[b, :n], top_probs[b, :n])
+        group = order[lo : lo + batch_size]
+        rows.update(zip(group, _force(model, [sequences[s] for s in group], aux_layers)))
     ordered = [rows[s] for s in range(len(sequences))]
     lengths = torch.tensor([0] + [r.ids.numel() for r in ordered])
     features = Features(*(torch.cat([getattr(r, k) for r in ordered]) for k in ROWS), lengths.cumsum(0))
@@ -216,6 +210,59 @@ def teacher_force(
         features.save(path)
         return Features.load(path)  # mapped: the rows computed here leave the memory
     return features
+
+
+def _force(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> list[_Batch]:
+    """One right-padded forward of the base over `sequences`: each one's rows (on the CPU), padding cut off."""
+    part = [list(prompt) + list(answer) for prompt, answer in sequences]
+    length = max(map(len, part))
+    ids = torch.zeros(len(part), length, dtype=torch.long)
+    mask = torch.zeros(len(part), length, dtype=torch.long)
+    for b, seq in enumerate(part):
+        ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
+    out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
+    labels = out.logits.argmax(-1).cpu()
+    logits = out.logits.float()
+    top = logits.topk(min(TOP_K, logits.shape[-1]), -1)  # the softmax's order: no full-vocabulary softmax copy
+    top_probs = (top.values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.bfloat16).cpu()
+    top_ids = top.indices.to(torch.int32).cpu()
+    layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
+    rows = []
+    for b, (prompt, _) in enumerate(sequences):
+        n = len(part[b])
+        label = labels[b, :n].clone()
+        label[: len(prompt) - 1] = -100  # prompt positions: no loss
+        label[-1] = -100  # after the last token the data has no next token to check against
+        rows.append(_Batch(ids[b, :n], layers[b, :n], label, top_ids[b, :n], top_probs[b, :n]))
+    return rows
+
+
+class OnlineTeacher:
+    """Training rows teacher-forced when a batch is asked for, never stored: a corpus whose features outgrow
+    the disk (20M answer tokens would be ~110 GB of them) trains on a GPU, where a forward costs less than
+    reading its rows back would. One base forward per training batch, every epoch."""
+
+    def __init__(self, model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]):
+        self.model, self.sequences, self.aux_layers = model, sequences, aux_layers
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def length(self, s: int) -> int:
+        return len(self.sequences[s][0]) + len(self.sequences[s][1])
+
+    @torch.no_grad()
+    def batch(self, group: list[int]) -> _Batch:
+        return _collate(_force(self.model, [self.sequences[s] for s in group], self.aux_layers))
+
+    def label_counts(self, vocab: int) -> torch.Tensor:
+        """The answers' tokens stand for the labels (the same tokens where the answer is greedy and made by
+        this copy of the base): counting the labels would take a forward over the whole corpus."""
+        answers = [torch.tensor(answer, dtype=torch.long) for _, answer in self.sequences]
+        return torch.bincount(torch.cat(answers), minlength=vocab)[:vocab]
+
+
+TeacherForced = Features | FeatureSet | OnlineTeacher  # what training reads: one block, many read as one, or none
 
 
 def _collate(rows: list[_Batch]) -> _Batch:
@@ -240,19 +287,22 @@ def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[torch.
     """Draft logits [B, T, draft_vocab] of each unrolled step; T = L - 1.
 
     Row i of step s sits at position i + 1 + s, holds token ids[i + 1 + s] and predicts the token after it."""
-    ids = batch.ids
+    ids, device = batch.ids, batch.ids.device
     b, t = ids.shape[0], ids.shape[1] - 1
     features = predictor.fuse(batch.layers[:, :t])  # row i reads the target's features at position i
     cache, results = DynamicCache(), []
-    blocks = [causal(t)]
+    blocks = [causal(t).to(device)]
     for s in range(steps):
         tokens = _ahead(ids, s)
-        positions = (torch.arange(t) + 1 + s).expand(b, t)
+        positions = (torch.arange(t, device=device) + 1 + s).expand(b, t)
         allowed = torch.cat(blocks, 1)
-        mask = torch.zeros(1, 1, t, allowed.shape[1]).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+        mask = torch.zeros(1, 1, t, allowed.shape[1], device=device)
+        mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
         logits, features = predictor(features, tokens, positions, mask, cache)
         results.append(logits)
-        blocks.append(torch.eye(t, dtype=torch.bool))  # the next step's row i also sees this step's row i
+        blocks.append(
+            torch.eye(t, dtype=torch.bool, device=device)
+        )  # the next step's row i also sees this step's row i
     return results
 
 
@@ -263,7 +313,7 @@ def accuracy(predictor: Eagle3Predictor, data: TeacherForced, steps: int = 1, ba
     was right: it is the chance that depth s + 1 is accepted given depth s was."""
     hits, counts = [0] * steps, [0] * steps
     with torch.no_grad():
-        for batch in _batches(data, batch_size, None):
+        for batch in _batches(data, batch_size, None, predictor.t2d.device):
             for s, logits in enumerate(unroll(predictor, batch, steps)):
                 labels = _ahead(batch.labels, s, -100)
                 keep = labels >= 0
@@ -293,20 +343,19 @@ def step_loss(
     return -((probs * log_q).sum(-1)[rows] / mass[rows]).mean()
 
 
-def _batches(data: TeacherForced, batch_size: int, generator: torch.Generator | None):
-    """Batches of similar length (little padding), in random order when a generator is given."""
+def _batches(data: TeacherForced, batch_size: int, generator: torch.Generator | None, device: torch.device):
+    """Batches of similar length (little padding), in random order when a generator is given, on `device`."""
     order = sorted(range(len(data)), key=data.length)
     groups = [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
     if generator is not None:
         groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
     for group in groups:
-        yield _collate([data.row(s) for s in group])
+        yield data.batch(group).to(device)
 
 
 def _draft_vocab(data: TeacherForced, vocab: int, size: int) -> torch.Tensor:
     """The `size` most frequent labels (ties and unseen tokens by id)."""
-    counts = torch.bincount(data.labels[data.labels >= 0], minlength=vocab)[:vocab].float()
-    return counts.topk(size, sorted=False).indices
+    return data.label_counts(vocab).float().topk(size, sorted=False).indices
 
 
 def _schedule(settings: PredictorSettings, total: int):
@@ -329,7 +378,8 @@ def train_predictor(
 ) -> tuple[Eagle3Predictor, list[dict]]:
     """Train a predictor for the base `model` on teacher-forced `data`; returns it and the per-epoch log.
 
-    `aux_layers` must be the ones `data` was computed with (the default: default_aux_layers)."""
+    `aux_layers` must be the ones `data` was computed with (the default: default_aux_layers). The predictor
+    trains on the base's device; cached rows travel there a batch at a time."""
     settings = settings or PredictorSettings()
     torch.manual_seed(settings.seed)
     out = Path(out) if out is not None else None
@@ -341,6 +391,7 @@ def train_predictor(
         predictor = Eagle3Predictor(config, token_rows(model)).train()
         predictor.set_vocab(_draft_vocab(data, predictor.t2d.numel(), predictor.config.draft_vocab_size))
         state = None
+    predictor.to(model.device)
     steps_per_epoch = -(-len(data) // settings.batch_size)
     optimizer = torch.optim.AdamW(predictor.parameters(), lr=settings.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(settings, settings.epochs * steps_per_epoch))
@@ -355,7 +406,10 @@ def train_predictor(
     for epoch in range(first, settings.epochs):
         start, total, batches = time.perf_counter(), 0.0, 0
         bar = tqdm(
-            _batches(data, settings.batch_size, generator), total=steps_per_epoch, desc=f"epoch {epoch}", unit="batch"
+            _batches(data, settings.batch_size, generator, model.device),
+            total=steps_per_epoch,
+            desc=f"epoch {epoch}",
+            unit="batch",
         )
         for batch in bar:
             unrolled = unroll(predictor, batch, settings.ttt_steps)
