@@ -257,7 +257,9 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     vocabulary = "q8_0" if _tile_kernel() else "bf16"
     assert int4.model.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0, "vocabulary": vocabulary}
     assert len(layers) == 210
-    assert row_invariant(int4.model)
+    # without AMX the vocabulary projection stays a stock bf16 Linear: then the model is not row-invariant, and the
+    # engine warns that lookahead equals plain decoding only up to near-ties (seen on an AVX2-only AMD EPYC)
+    assert row_invariant(int4.model) == (_tile_kernel() is not None)
     fp32 = engine.model.model.layers[3].self_attn.q_proj.weight  # q rows are permuted from the file's order
     ours = int4.model.model.layers[3].self_attn.q_proj.weight()
     assert (ours - fp32).abs().max() <= 0.01 * fp32.abs().max()
