@@ -300,9 +300,8 @@ def unroll(predictor: Eagle3Predictor, batch: _Batch, steps: int) -> list[torch.
         mask.masked_fill_(~allowed, torch.finfo(torch.float32).min)
         logits, features = predictor(features, tokens, positions, mask, cache)
         results.append(logits)
-        blocks.append(
-            torch.eye(t, dtype=torch.bool, device=device)
-        )  # the next step's row i also sees this step's row i
+        # the next step's row i also sees this step's row i
+        blocks.append(torch.eye(t, dtype=torch.bool, device=device))
     return results
 
 
