@@ -1,7 +1,8 @@
-"""int4 SmolLM2 with its vocabulary in the file's Q8_0 (the default where AMX runs) against the bf16 vocabulary
-(oneDNN-packed, as before), in one process: forwards of 1, 2, 4, 8 and 16 tokens after a 128-token prefix, both
-models interleaved, medians of 30; and how many of a 16-token forward's greedy tokens differ (the Q8_0 projection
-applies each scale in fp32 where the bf16 matrix held code * scale rounded to bf16, so near-ties may go either way).
+"""int4 SmolLM2 with its vocabulary in the file's Q8_0 (the default wherever a row-invariant int8 kernel runs)
+against the bf16 vocabulary (oneDNN-packed where the CPU has it, as before), in one process: forwards of 1, 2, 4,
+8 and 16 tokens after a 128-token prefix, both models interleaved, medians of 30; and how many of a 16-token
+forward's greedy tokens differ (the Q8_0 projection applies each scale in fp32 where the bf16 matrix held
+code * scale rounded to bf16, so near-ties may go either way).
 Usage: OMP_NUM_THREADS=2 python docs/bench/q8-vocabulary/ab.py
 """
 

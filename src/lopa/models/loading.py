@@ -185,7 +185,7 @@ def load_model(
 
     dtype "int8": fp32 weights with the decoder's linear layers quantized to int8 (CPU, models/quantize.py).
     dtype "int4": bf16 with the decoder's linear layers int4 weight-only, a GGUF's own 4-bit blocks kept as they
-    are (CPU, models/int4.py), and its vocabulary projection in Q8_0 where the AMX kernel runs (the file's own
+    are (CPU, models/int4.py), and its vocabulary projection in Q8_0 on a row-invariant int8 kernel (the file's own
     blocks, or quantized once: models/q8_vocabulary.py).
     fast: lopa's CPU kernels (oneDNN-packed linears, in-place grouped-KV attention: models/fastkernels.py);
     False leaves the stock transformers modules.
