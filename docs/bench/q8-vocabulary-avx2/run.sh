@@ -18,3 +18,6 @@ lopa bench --data ../shared/data/spec_bench_dev.jsonl --limit 1 --max-new-tokens
 python docs/bench/exact-low-precision/ratios.py $out/int4/results.json | tee $out/ratios.log
 # 4. The vocabulary product alone, the kernel against a stock bf16 Linear (SmolLM2's shape, random weights):
 python docs/bench/q8-vocabulary-avx2/kernel.py | tee $out/kernel.log
+# 5. Where an int4 forward's time goes on this CPU (after the CI run; torch's int4 kernel counts as other_kernels, lopa's
+#    C kernels as dispatch):
+lopa profile --dtype int4 --out $out/profile-int4 2>&1 | grep -v "^USDT\|^INFO" | tee $out/profile-int4.log
