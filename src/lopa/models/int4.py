@@ -55,8 +55,8 @@ def _tile_kernel() -> ctypes.CDLL | None:
 
 def tile_product(kernel, flat: torch.Tensor, arrays: tuple, out_features: int) -> torch.Tensor:
     """flat [m, in] bf16 -> [m, out] bf16 through a kernel of kernels/int4_matmul.c (or q8_matmul.c); `arrays`:
-    its codes, scale and low (None: no offsets) in panel layout. Lean: a forward makes ~200 of these calls (each Python step
-    here costs about what a small layer's kernel does)."""
+    its codes, scale and low (None: no offsets) in panel layout. Lean: a forward makes ~200 of these calls (each
+    Python step here costs about what a small layer's kernel does)."""
     rows = flat.shape[0]
     if rows > TILE_ROWS and rows % TILE_ROWS:  # the kernel reads whole tiles of min(rows, TILE_ROWS) rows
         flat = F.pad(flat, (0, 0, 0, -rows % TILE_ROWS))
