@@ -201,7 +201,7 @@ def teacher_force(
     rows: dict[int, _Batch] = {}
     for lo in tqdm(range(0, len(order), batch_size), desc="teacher forcing", unit="batch"):
         group = order[lo : lo + batch_size]
-        rows.update(zip(group, _force(model, [sequences[s] for s in group], aux_layers)))
+        rows.update(zip(group, _force(model, [sequences[s] for s in group], aux_layers, "cpu")))
     ordered = [rows[s] for s in range(len(sequences))]
     lengths = torch.tensor([0] + [r.ids.numel() for r in ordered])
     features = Features(*(torch.cat([getattr(r, k) for r in ordered]) for k in ROWS), lengths.cumsum(0))
@@ -212,8 +212,10 @@ def teacher_force(
     return features
 
 
-def _force(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int]) -> list[_Batch]:
-    """One right-padded forward of the base over `sequences`: each one's rows (on the CPU), padding cut off."""
+def _force(
+    model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: list[int], device: torch.device | str
+) -> list[_Batch]:
+    """One right-padded forward of the base over `sequences`: each one's rows on `device`, padding cut off."""
     part = [list(prompt) + list(answer) for prompt, answer in sequences]
     length = max(map(len, part))
     ids = torch.zeros(len(part), length, dtype=torch.long)
@@ -221,12 +223,12 @@ def _force(model, sequences: Sequence[tuple[list[int], list[int]]], aux_layers: 
     for b, seq in enumerate(part):
         ids[b, : len(seq)], mask[b, : len(seq)] = torch.tensor(seq), 1
     out = model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), output_hidden_states=True)
-    labels = out.logits.argmax(-1).cpu()
+    ids, labels = ids.to(device), out.logits.argmax(-1).to(device)
     logits = out.logits.float()
     top = logits.topk(min(TOP_K, logits.shape[-1]), -1)  # the softmax's order: no full-vocabulary softmax copy
-    top_probs = (top.values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.bfloat16).cpu()
-    top_ids = top.indices.to(torch.int32).cpu()
-    layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).cpu()
+    top_probs = (top.values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.bfloat16).to(device)
+    top_ids = top.indices.to(torch.int32).to(device)
+    layers = torch.cat([out.hidden_states[i] for i in aux_layers], -1).to(torch.bfloat16).to(device)
     rows = []
     for b, (prompt, _) in enumerate(sequences):
         n = len(part[b])
@@ -253,7 +255,8 @@ class OnlineTeacher:
 
     @torch.no_grad()
     def batch(self, group: list[int]) -> _Batch:
-        return _collate(_force(self.model, [self.sequences[s] for s in group], self.aux_layers))
+        # the rows stay on the base's device: no round trip through host memory
+        return _collate(_force(self.model, [self.sequences[s] for s in group], self.aux_layers, self.model.device))
 
     def label_counts(self, vocab: int) -> torch.Tensor:
         """The answers' tokens stand for the labels (the same tokens where the answer is greedy and made by
@@ -271,7 +274,8 @@ def _collate(rows: list[_Batch]) -> _Batch:
     padded = []
     for k in ROWS:
         first = getattr(rows[0], k)
-        batch = torch.full((len(rows), length, *first.shape[1:]), -100 if k == "labels" else 0, dtype=first.dtype)
+        fill = -100 if k == "labels" else 0
+        batch = torch.full((len(rows), length, *first.shape[1:]), fill, dtype=first.dtype, device=first.device)
         for b, r in enumerate(rows):
             batch[b, : r.ids.numel()] = getattr(r, k)
         padded.append(batch)
