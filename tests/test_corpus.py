@@ -9,10 +9,12 @@ import struct
 
 import numpy as np
 import pytest
+import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from lopa import Engine
+from lopa.models.loading import embedding_fingerprint
 from lopa.train.corpus import CorpusSettings, build_corpus, load_corpus, self_instruct
 from lopa.train.sources import read_mo
 
@@ -135,6 +137,23 @@ def test_other_settings_refused(tmp_path, setup, locale):
         )
     wider = CorpusSettings(**{**SETTINGS.__dict__, "batch": 8})  # how fast, not what: a resume may change it
     assert build_corpus(tmp_path, engine, wider, chunks=1, locale_root=locale)["chunks_made"] == 0
+
+
+def test_resumes_at_another_precision_not_with_other_weights(tmp_path, setup, locale):
+    """The weights are compared at bf16: a corpus answered in fp32 goes on in bf16 (and back), also one whose config
+    recorded the fingerprint at fp32 as earlier versions did; another model's weights are refused."""
+    engine, tok, _ = setup
+    build_corpus(tmp_path, engine, SETTINGS, chunks=1, locale_root=locale)
+    halved = Engine.from_model(tiny_llama(vocab=len(tok), context=4096).to(torch.bfloat16), tok, profile=False)
+    assert build_corpus(tmp_path, halved, SETTINGS, chunks=1, locale_root=locale)["chunks_made"] == 0
+
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "fingerprint": embedding_fingerprint(engine.model)}))
+    assert build_corpus(tmp_path, engine, SETTINGS, chunks=1, locale_root=locale)["chunks_made"] == 0
+
+    other = Engine.from_model(tiny_llama(vocab=len(tok), seed=1, context=4096), tok, profile=False)
+    with pytest.raises(ValueError, match="another model"):
+        build_corpus(tmp_path, other, SETTINGS, chunks=1, locale_root=locale)
 
 
 def test_self_instruct_resumes_with_another_batch(tmp_path, setup, locale):

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from ..config import GenerationConfig
@@ -88,13 +89,18 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _check_config(out: Path, settings: CorpusSettings, engine) -> None:
-    config = {**settings.content(), "fingerprint": embedding_fingerprint(engine.model)}
+    """The settings and weights must match the corpus's. Weights are compared at bfloat16, so a corpus answered in
+    bf16 on one machine can go on in fp32 on another (where bf16 is slow): the manifest's `producer` says which
+    precision answered each chunk. Corpora of earlier versions recorded the fingerprint at the precision that ran."""
+    config = {**settings.content(), "fingerprint": embedding_fingerprint(engine.model, torch.bfloat16)}
     path = out / "config.json"
     if not path.exists():
         _write(path, json.dumps(config, indent=1).encode())
         return
     old = json.loads(path.read_text())
     old.pop("batch", None)  # corpora of earlier versions recorded it
+    if old.get("fingerprint") == embedding_fingerprint(engine.model):
+        old["fingerprint"] = config["fingerprint"]
     changed = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
     if changed:
         raise InvalidRequestError(f"{out} was built with other settings or another model (was, now): {changed}")
