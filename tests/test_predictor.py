@@ -310,6 +310,23 @@ def test_teacher_forcing_batches_and_caches_exactly(model, tmp_path) -> None:
             )
 
 
+def test_a_block_stopped_mid_write_is_not_taken_as_cached(model, tmp_path) -> None:
+    """A teacher-forcing run stopped while it writes a block leaves no file under the block's name: the next run
+    computes the block again instead of reading a cut one."""
+    sequences = [([2, 3, 4], [5, 6, 7, 8])]
+
+    def stopped(tensors, path):  # writes part of the file, then the run is stopped
+        with open(path, "wb") as f:
+            f.write(b"\x00" * 64)
+        raise KeyboardInterrupt
+
+    with patch("lopa.train.predictor.save_file", stopped), pytest.raises(KeyboardInterrupt):
+        teacher_force(model, sequences, AUX, cache_dir=tmp_path)
+    assert not list(tmp_path.glob("*.safetensors"))
+    again = teacher_force(model, sequences, AUX, cache_dir=tmp_path)
+    assert torch.equal(again.ids, teacher_force(model, sequences, AUX).ids)
+
+
 def test_online_teacher_forcing_gives_the_cached_rows_and_trains_alike(model, trained) -> None:
     """Rows teacher-forced per training batch (no cache) are the cached rows; on the model's own greedy answers
     the answers' token counts are the labels' counts, so the draft vocabulary is the same, and training reaches

@@ -109,7 +109,10 @@ class Features(_CachedRows):
         return _Batch(*(getattr(self, k)[lo:hi] for k in ROWS))
 
     def save(self, path: Path) -> None:
-        save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(path))
+        """Whole or not at all: a run stopped mid-write leaves no cut block that the next would take as cached."""
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({k: v.contiguous() for k, v in asdict(self).items()}, str(tmp))
+        tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> Features:
