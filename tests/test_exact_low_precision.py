@@ -26,14 +26,16 @@ from lopa.models.int4 import (
     _tile_kernel,
     keep_int4_embedding,
     quantize_int4,
+    row_invariant_kernel,
     unpack_blocks,
 )
 from lopa.models.loading import load_model, source_gguf, token_rows
 from lopa.models.ordered_attention import ordered_attention
-from lopa.models.q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary, q8_kernel
+from lopa.models.q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
 from tests.prompts import FAST, accepted_by_source
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
+NO_COMPILER = pytest.mark.skipif(not row_invariant_kernel(8, tiles=False), reason="no C compiler")
 
 
 def _tree_mask(prefix: int, parents: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -145,7 +147,7 @@ def test_an_untied_four_bit_embedding_stays_in_its_blocks(tied: bool) -> None:
         assert torch.equal(token_rows(model)(ids), embedding.weight[ids])
 
 
-@pytest.mark.skipif(not q8_kernel(), reason="no C compiler")
+@NO_COMPILER
 @pytest.mark.parametrize("stored", [Q.Q8_0, Q.Q5_0])
 def test_an_untied_vocabulary_projection_runs_in_q8_0(stored: Q) -> None:
     """An int4 model's untied output projection runs in Q8_0: the file's own codes and scales where it stores Q8_0
@@ -199,6 +201,11 @@ def test_kernels_share_torchs_openmp_runtime() -> None:
 
 
 TILES = [False, pytest.param(True, marks=pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here"))]
+INT4_KERNELS = [
+    pytest.param("amx-tiles", marks=pytest.mark.skipif(not _tile_kernel(), reason="no AMX-BF16 here")),
+    pytest.param("panel", marks=NO_COMPILER),
+    "torch",
+]
 
 
 def _assert_rows_computed_alike(layer: torch.nn.Module, inputs: int) -> None:
@@ -212,12 +219,14 @@ def _assert_rows_computed_alike(layer: torch.nn.Module, inputs: int) -> None:
         assert torch.equal(together, alone), f"{int((together != alone).sum())} outputs changed in calls of {rows} rows"
 
 
-@pytest.mark.parametrize("tiles", TILES)
-def test_int4_layer_computes_each_row_alike(tiles: bool) -> None:
-    """17 panels of 16 outputs: the register path's blocks of 4 (1 row) and 2 (2 rows) panels, and one left over."""
+@pytest.mark.parametrize("kernel", INT4_KERNELS)
+def test_int4_layer_computes_each_row_alike(kernel: str) -> None:
+    """17 panels of 16 outputs: the AMX register path's blocks of 4 (1 row) and 2 (2 rows) panels, and one left
+    over; the portable kernel's pairs of rows and a row alone."""
     torch.manual_seed(0)
     dense = torch.nn.Linear(256, 272, bias=False)
-    layer = Int4Linear.from_weight(dense.weight, tiles=tiles)
+    layer = Int4Linear.from_weight(dense.weight, kernel=kernel)
+    assert layer.kernel == kernel
     _assert_rows_computed_alike(layer, 256)
     x = torch.randn(5, 256, dtype=torch.bfloat16)
     torch.testing.assert_close(layer(x).float(), x.float() @ layer.weight().T, rtol=1e-2, atol=1e-2)
@@ -231,11 +240,11 @@ def test_int4_layer_computes_each_row_alike(tiles: bool) -> None:
 def test_q8_vocabulary_computes_each_row_alike(tiles: bool) -> None:
     """The Q8_0 projection (int8 codes, a scale per 32) computes rows alike and computes code * scale, on the AMX
     kernel and on the portable one; its rows for a lookup are that weight."""
-    if q8_kernel(tiles) is None:
+    if row_invariant_kernel(8, tiles) is None:
         pytest.skip("no C compiler")
     torch.manual_seed(0)
     codes, scale = torch.randint(-128, 128, (256, 128), dtype=torch.int8), torch.rand(256, 4) / 100
-    layer = Q8Vocabulary(codes, scale, q8_kernel(tiles))
+    layer = Q8Vocabulary(codes, scale, row_invariant_kernel(8, tiles))
     _assert_rows_computed_alike(layer, 128)
     weight = codes.float() * scale.repeat_interleave(32, dim=1)
     assert torch.equal(layer.weight, weight.bfloat16())
@@ -259,12 +268,12 @@ def test_int4_keeps_the_files_blocks(int4: Engine, engine: Engine) -> None:
     the kernel's rounding; they take under a fifth of the fp32 bytes (half a byte a code, an fp32 scale and
     offset per 32: 0.75 bytes a weight)."""
     layers = [m for m in int4.model.modules() if isinstance(m, Int4Linear)]
-    vocabulary = "q8_0" if q8_kernel() else "bf16"
+    vocabulary = "q8_0" if row_invariant_kernel(8) else "bf16"
     assert int4.model.lopa_int4_layers == {"from_file": 210, "quantized_by_lopa": 0, "vocabulary": vocabulary}
     assert len(layers) == 210
     # without a C compiler the vocabulary projection stays a stock bf16 Linear: then the model is not row-invariant,
     # and the engine warns that lookahead equals plain decoding only up to near-ties
-    assert row_invariant(int4.model) == (q8_kernel() is not None)
+    assert row_invariant(int4.model) == (row_invariant_kernel(8) is not None)
     fp32 = engine.model.model.layers[3].self_attn.q_proj.weight  # q rows are permuted from the file's order
     ours = int4.model.model.layers[3].self_attn.q_proj.weight()
     assert (ours - fp32).abs().max() <= 0.01 * fp32.abs().max()
@@ -321,7 +330,7 @@ def test_int4_from_the_gguf_equals_int4_from_transformers_conversion(precision: 
     _assert_same_tensors(ours.model, reference)
 
 
-@pytest.mark.skipif(not q8_kernel(), reason="no C compiler")
+@NO_COMPILER
 def test_int4_keeps_the_files_q8_vocabulary(int4: Engine) -> None:
     """The file's Q8_0 token embedding stays Q8_0 (a byte a code), its rows the values transformers' loader
     gives, and it is the output projection too."""

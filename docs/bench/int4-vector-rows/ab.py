@@ -33,7 +33,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
 engine = Engine.from_pretrained(dtype="int4", profile=False)
 layers = [m for m in engine.model.modules() if isinstance(m, Int4Linear)]
-assert all(layer.tiles for layer in layers)
+assert all(layer.kernel == "amx-tiles" for layer in layers)
 runner = engine.runner
 runner.prefill(0, torch.randint(100, 20000, (128,)))
 

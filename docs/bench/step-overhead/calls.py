@@ -27,7 +27,7 @@ def per_call_us(call, n: int = 2000) -> float:
     return statistics.median(runs)
 
 
-layer = Int4Linear.from_weight(torch.randn(16, 64), tiles=True)
+layer = Int4Linear.from_weight(torch.randn(16, 64), kernel="amx-tiles")
 x = torch.randn(1, 1, 64).bfloat16()
 q = torch.randn(1, 9, 1, 64).bfloat16()
 k, v = torch.randn(1, 3, 200, 64).bfloat16(), torch.randn(1, 3, 200, 64).bfloat16()

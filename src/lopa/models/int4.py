@@ -1,11 +1,11 @@
 """int4 weight-only linear layers for the CPU, taken from a GGUF's own 4-bit blocks where it has them.
 
 A Q4_0, Q4_1 or Q4_K tensor is 4-bit codes in groups of 32 inputs with one scale and one offset per group
-(Q4_K: a sub-block scale times the super-block's), w = code * scale + low. Both int4 kernels take that
+(Q4_K: a sub-block scale times the super-block's), w = code * scale + low. The three int4 kernels take that
 layout (Int4Linear says which runs where), so those weights are repacked, never expanded to floats: the
 model keeps about the file's size in memory instead of an fp32 copy 7x larger. Linear layers the file
 stores otherwise (Q5/Q6/Q8, F16, or an HF directory) are quantized by lopa to the same layout (per group of
-32, min-max, round to nearest). Both kernels compute each row of a product alike whatever the row count,
+32, min-max, round to nearest). Each kernel computes each row of a product alike whatever the row count,
 so with bf16 everything else and the order-fixed attention (models/ordered_attention.py) a verified tree
 gives the logits one-token steps give.
 """
@@ -37,24 +37,37 @@ Q = gguf.GGMLQuantizationType
 FOUR_BIT = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
 
 
+KERNELS = ("amx-tiles", "panel", "torch")  # Int4Linear's, fastest first
 PANEL = 16  # outputs per panel of the tile kernel
 TILE_ROWS = 16  # input rows per tile product
 
 
 @cache
 def _tile_kernel() -> ctypes.CDLL | None:
-    """kernels/int4_matmul.c (AMX tiles) when this CPU and process can run it, else None (torch's kernel)."""
+    """kernels/int4_matmul.c (AMX tiles) when this CPU and process can run it, else None."""
     library = native.library("int4_matmul")
     if library is None or not library.int4_matmul_available():
         return None
-    for kernel in library.int4_matmul, library.int8_matmul:
-        kernel.restype = None
-        kernel.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     return library
 
 
+@cache
+def row_invariant_kernel(bits: int, tiles: bool = True) -> ctypes._CFuncPtr | None:
+    """The product of `bits`-bit codes (4 or 8) in panel layout that computes each row alike whatever the row count:
+    kernels/int4_matmul.c's on AMX tiles where they run (and `tiles`), else kernels/panel_matmul.c's (any CPU with
+    a C compiler; same arguments), else None (no compiler)."""
+    tile_library = _tile_kernel() if tiles else None
+    library = tile_library or native.library("panel_matmul")
+    if library is None:
+        return None
+    kernel = getattr(library, f"int{bits}_matmul" if tile_library else f"panel_int{bits}_matmul")
+    kernel.restype = None
+    kernel.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    return kernel
+
+
 def tile_product(kernel, flat: torch.Tensor, arrays: tuple, out_features: int) -> torch.Tensor:
-    """flat [m, in] bf16 -> [m, out] bf16 through a kernel of kernels/int4_matmul.c (or q8_matmul.c); `arrays`:
+    """flat [m, in] bf16 -> [m, out] bf16 through a row_invariant_kernel; `arrays`:
     its codes, scale and low (None: no offsets) in panel layout. Lean: a forward makes ~200 of these calls (each
     Python step here costs about what a small layer's kernel does)."""
     rows = flat.shape[0]
@@ -74,10 +87,11 @@ def tile_product(kernel, flat: torch.Tensor, arrays: tuple, out_features: int) -
 class Int4Linear(nn.Module):
     """y = x @ W.T with W = q * scale + low per group of 32 inputs, q in 0..15; bf16 in and out.
 
-    Two kernels, both computing each row alike whatever the row count: lopa's AMX tile kernel
-    (kernels/int4_matmul.c: 1 to 16 rows cost about one, up to 4 rows in AVX-512 registers with the tiles'
-    arithmetic; the codes multiply exactly and the scales are the file's, in fp32) where the CPU has AMX-BF16, else torch's `_weight_int4pack_mm_for_cpu` (scale and
-    offset rounded to bf16, cost growing with the rows)."""
+    Three kernels. Two compute each row alike whatever the row count, with the codes multiplied exactly and the
+    file's scales in fp32: lopa's AMX tile kernel (kernels/int4_matmul.c: 1 to 16 rows cost about one, up to 4
+    rows in AVX-512 registers with the tiles' arithmetic) where the CPU has AMX-BF16, else lopa's portable one
+    (kernels/panel_matmul.c: AVX2, Arm; cost growing with the rows). Without a C compiler, torch's
+    `_weight_int4pack_mm_for_cpu` (scale and offset rounded to bf16)."""
 
     def __init__(
         self,
@@ -86,17 +100,26 @@ class Int4Linear(nn.Module):
         low: torch.Tensor,
         bias: torch.Tensor | None,
         *,
-        tiles: bool | None = None,
+        kernel: str | None = None,
     ):
-        """codes [out, in] int in 0..15; scale, low [out, in / 32]. `tiles`: use the AMX kernel (default: where
-        it runs and the layer fills its panels of 16 outputs and pairs of input groups)."""
+        """codes [out, in] int in 0..15; scale, low [out, in / 32]. `kernel`: one of KERNELS (default: the first
+        that runs here and takes the layer: AMX tiles need panels of 16 outputs and pairs of input groups, the
+        portable kernel panels)."""
         super().__init__()
         self.out_features, self.in_features = codes.shape
-        fits = self.out_features % PANEL == 0 and self.in_features % (2 * GROUP) == 0  # panels, pairs of groups
-        self.tiles = _tile_kernel() is not None and fits if tiles is None else tiles
-        if self.tiles and not (fits and _tile_kernel()):
-            raise ValueError(f"the AMX int4 kernel cannot run a {self.in_features}x{self.out_features} layer here")
-        if self.tiles:
+        panels = self.out_features % PANEL == 0
+        runs = {
+            "amx-tiles": _tile_kernel() is not None and panels and self.in_features % (2 * GROUP) == 0,
+            "panel": panels and row_invariant_kernel(4, tiles=False) is not None,
+            "torch": True,
+        }
+        self.kernel = kernel or next(name for name in KERNELS if runs[name])
+        if not runs[self.kernel]:
+            raise ValueError(
+                f"the {self.kernel} int4 kernel cannot run a {self.in_features}x{self.out_features} layer here"
+            )
+        self._kernel = None if self.kernel == "torch" else row_invariant_kernel(4, tiles=self.kernel == "amx-tiles")
+        if self._kernel:
             panels, groups = self.out_features // PANEL, self.in_features // GROUP
             # per panel and group: 8 chunks of 32 bytes, chunk c holding tile rows 2c (low nibbles) and 2c + 1
             # (high); tile row p holds inputs 2p and 2p + 1 of each of the 16 outputs, side by side
@@ -106,7 +129,6 @@ class Int4Linear(nn.Module):
             per_panel = lambda a: a.float().reshape(panels, PANEL, groups).transpose(1, 2).contiguous()  # noqa: E731
             self.register_buffer("scale", per_panel(scale), persistent=False)
             self.register_buffer("low", per_panel(low), persistent=False)
-            self._kernel = _tile_kernel().int4_matmul
             self._arrays = self.codes, self.scale, self.low  # read every call: past nn.Module's slow lookup
         else:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
@@ -132,13 +154,13 @@ class Int4Linear(nn.Module):
 
     def _apply(self, fn, recurse=True):
         module = super()._apply(fn, recurse)
-        if self.tiles:  # the buffers may be new tensors now
+        if self._kernel:  # the buffers may be new tensors now
             self._arrays = self.codes, self.scale, self.low
         return module
 
     def _product(self, flat: torch.Tensor) -> torch.Tensor:
         """flat [m, in] bf16 -> [m, out] bf16."""
-        if not self.tiles:
+        if not self._kernel:
             return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
         return tile_product(self._kernel, flat, self._arrays, self.out_features)
 
@@ -277,9 +299,8 @@ def quantize_int4(model: PreTrainedModel, tensors: GGUFTensors | None = None) ->
 
 
 def kernel_name(model: nn.Module) -> str:
-    """Which int4 kernel the model's layers run on: 'amx-tiles', 'torch' or 'amx-tiles+torch', and '+q8-vocab'
-    where the vocabulary projection runs in Q8_0 (models/q8_vocabulary.py)."""
-    tiles = {layer.tiles for layer in model.modules() if isinstance(layer, Int4Linear)}
+    """Which int4 kernels the model's layers run on ('amx-tiles', 'panel', 'torch', joined by '+' where they
+    differ), and '+q8-vocab' where the vocabulary projection runs in Q8_0 (models/q8_vocabulary.py)."""
+    used = {layer.kernel for layer in model.modules() if isinstance(layer, Int4Linear)}
     q8 = getattr(model, "lopa_int4_layers", {}).get("vocabulary", "").startswith("q8_0")
-    used = (("amx-tiles", True in tiles), ("torch", False in tiles), ("q8-vocab", q8))
-    return "+".join(name for name, on in used if on)
+    return "+".join([name for name in KERNELS if name in used] + ["q8-vocab"] * q8)

@@ -3,10 +3,10 @@
 Small models tie the output projection to the token embedding, and GGUF files store that matrix in Q8_0 (an
 fp16 scale per 32 int8 codes) even when the rest is 4-bit. Expanded to bf16 it was the largest tensor of an int4
 model (SmolLM2: 56 MB, twice that with oneDNN's packed copy, against the file's 30 MB), and the projection reads it
-whole every forward. Here it stays in Q8_0: the projection runs on the AMX kernel int4 layers use
-(kernels/int4_matmul.c, its int8 entry: every row computed alike whatever the row count, so trees keep one-token
-steps' logits), and the embedding dequantizes only the rows it looks up, to the bf16 values transformers' own
-loader gives (code * scale in fp32, rounded once).
+whole every forward. Here it stays in Q8_0: the projection runs on the kernels int4 layers use (the int8 entry of
+kernels/int4_matmul.c on AMX tiles, else of kernels/panel_matmul.c: every row computed alike whatever the row
+count, so trees keep one-token steps' logits), and the embedding dequantizes only the rows it looks up, to the
+bf16 values transformers' own loader gives (code * scale in fp32, rounded once).
 
 Larger models keep a separate output projection: Qwen2.5-Coder-0.5B's file stores it in Q8_0 (kept as it is),
 the 1.5B's in Q6_K, which in bf16 (0.47 GB) was a fifth of a one-token forward, read at two bytes a weight. An
@@ -19,7 +19,6 @@ decoding of the model so built.
 from __future__ import annotations
 
 import ctypes
-from functools import cache
 
 import gguf
 import numpy as np
@@ -28,25 +27,10 @@ from gguf.gguf_reader import ReaderTensor
 from torch import nn
 from transformers import PreTrainedModel
 
-from . import native
 from .gguf_tensors import GGUFTensors
-from .int4 import GROUP, PANEL, _tile_kernel, fp16_field, tile_product, weight_name
+from .int4 import GROUP, PANEL, fp16_field, row_invariant_kernel, tile_product, weight_name
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
-
-
-@cache
-def q8_kernel(tiles: bool = True) -> ctypes._CFuncPtr | None:
-    """The row-invariant int8 product: the AMX kernel's where it runs (`tiles`), else kernels/q8_matmul.c (any CPU
-    with a C compiler; same arguments), else None."""
-    if tiles and _tile_kernel() is not None:
-        return _tile_kernel().int8_matmul
-    library = native.library("q8_matmul")
-    if library is None:
-        return None
-    library.q8_matmul.restype = None
-    library.q8_matmul.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int]
-    return library.q8_matmul
 
 
 class Q8Vocabulary(nn.Module):
@@ -54,7 +38,7 @@ class Q8Vocabulary(nn.Module):
 
     def __init__(self, codes: torch.Tensor, scale: torch.Tensor, kernel: ctypes._CFuncPtr | None = None):
         """codes [vocab, hidden] int8, scale [vocab, hidden / 32]; vocab a multiple of 16, hidden of 64; `kernel`:
-        q8_kernel()'s by default."""
+        row_invariant_kernel(8)'s by default."""
         super().__init__()
         self.out_features, self.in_features = codes.shape
         panels, groups = self.out_features // PANEL, self.in_features // GROUP
@@ -63,7 +47,7 @@ class Q8Vocabulary(nn.Module):
         self.register_buffer("codes", c.contiguous(), persistent=False)
         per_panel = scale.float().reshape(panels, PANEL, groups).transpose(1, 2).contiguous()
         self.register_buffer("scale", per_panel, persistent=False)
-        self._kernel = kernel or q8_kernel()
+        self._kernel = kernel or row_invariant_kernel(8)
         self._arrays = self.codes, self.scale, None  # read every call: past nn.Module's slow lookup
 
     def _apply(self, fn, recurse=True):
@@ -131,12 +115,12 @@ def quantize_q8(tensors: GGUFTensors, name: str, shape: torch.Size) -> tuple[tor
 
 def keep_q8_vocabulary(model: PreTrainedModel, tensors: GGUFTensors) -> str | None:
     """Swap an int4 model's vocabulary projection (its uninitialised skeleton: the bf16 matrix never filled) for a
-    Q8Vocabulary in place, where a row-invariant int8 kernel runs (q8_kernel); returns where its codes came from:
+    Q8Vocabulary in place, where a row-invariant int8 kernel runs; returns where its codes came from:
     "q8_0" (the file's: a tied Q8_0 embedding, which then stays the input embedding too where it is a plain lookup,
     or an untied projection stored in Q8_0), "q8_0-by-lopa" (an untied projection the file stores otherwise, quantize_q8), or None (left as
     it is: a tied embedding in another type, or shapes the kernel does not take)."""
     embedding, projection = model.get_input_embeddings(), model.get_output_embeddings()
-    if type(projection) is not nn.Linear or projection.bias is not None or q8_kernel() is None:
+    if type(projection) is not nn.Linear or projection.bias is not None or row_invariant_kernel(8) is None:
         return None
     vocab, hidden = projection.weight.shape
     if vocab % PANEL or hidden % (2 * GROUP):
