@@ -53,28 +53,31 @@ static inline void store(void *base, int64_t i, float f, int bf16) {
     ((uint16_t *)base)[i] = (uint16_t)(u >> 16);
 }
 
-typedef float vec __attribute__((vector_size(LANES * sizeof(float)))); /* the target's widest vectors, or emulated */
-typedef int32_t lanes __attribute__((vector_size(LANES * sizeof(int32_t))));
+typedef float vec __attribute__((vector_size(8 * sizeof(float)))); /* half of LANES: AVX2's width, native everywhere */
+typedef int32_t lanes __attribute__((vector_size(8 * sizeof(int32_t))));
 
-/* q . k over d (a multiple of LANES): lane-wise multiply-adds in order of x, then a fixed tree over the lanes. */
+/* q . k over d (a multiple of LANES): per lane l of LANES, the products q[x + l] * k[x + l] multiply-added in order of
+ * x, then a fixed tree over the lanes: lane l += lane l + w for w = 8, 4, 2, 1 (kept as two halves of 8, so no
+ * vector wider than AVX2's is emulated through memory; lanes past w only feed unused lanes). */
 static inline float dot(const float *q, const float *k, int64_t d) {
-    vec acc = {0}, a, b;
+    vec low = {0}, high = {0}, a, b;
     for (int64_t x = 0; x < d; x += LANES) {
         memcpy(&a, q + x, sizeof a); memcpy(&b, k + x, sizeof b);
-        acc += a * b;
+        low += a * b;
+        memcpy(&a, q + x + 8, sizeof a); memcpy(&b, k + x + 8, sizeof b);
+        high += a * b;
     }
-    /* the tree lane[l] += lane[l + w] for w = 8, 4, 2, 1, in registers (lanes past w only feed unused lanes) */
-    acc += __builtin_shuffle(acc, (lanes){8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15});
-    acc += __builtin_shuffle(acc, (lanes){4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7});
-    acc += __builtin_shuffle(acc, (lanes){2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3});
-    acc += __builtin_shuffle(acc, (lanes){1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1});
-    return acc[0];
+    vec sum = low + high;
+    sum += __builtin_shuffle(sum, (lanes){4, 5, 6, 7, 4, 5, 6, 7});
+    sum += __builtin_shuffle(sum, (lanes){2, 3, 2, 3, 2, 3, 2, 3});
+    sum += __builtin_shuffle(sum, (lanes){1, 1, 1, 1, 1, 1, 1, 1});
+    return sum[0];
 }
 
 /* acc += p * v over d (a multiple of LANES), lane-wise. */
 static inline void axpy(float *acc, float p, const float *v, int64_t d) {
     vec a, b;
-    for (int64_t x = 0; x < d; x += LANES) {
+    for (int64_t x = 0; x < d; x += 8) {
         memcpy(&a, acc + x, sizeof a); memcpy(&b, v + x, sizeof b);
         a += p * b;
         memcpy(acc + x, &a, sizeof a);
