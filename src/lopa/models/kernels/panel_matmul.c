@@ -100,13 +100,14 @@ static inline __attribute__((always_inline)) void panel_rows(const float *x, con
 }
 
 /* y [m, n_out] = x [m, k_in] @ w.T for `bits`-bit codes; low NULL: no offsets. n_out a multiple of 16, k_in of 32. */
-static inline __attribute__((always_inline)) void matmul(const uint16_t *x, const uint8_t *codes, const float *scale, const float *low, uint16_t *y,
-                   int64_t m, int64_t n_out, int64_t k_in, int threads, const int bits) {
+static inline __attribute__((always_inline)) void matmul(const uint16_t *x, const uint8_t *codes, const float *scale,
+                                                         const float *low, uint16_t *y, int64_t m, int64_t n_out,
+                                                         int64_t k_in, int threads, const int bits) {
     const int64_t groups = k_in / GROUP, panels = n_out / PANEL;
     float *xf = malloc(sizeof(float) * m * k_in);
     float *sums = malloc(sizeof(float) * m * groups);
     for (int64_t i = 0; i < m * k_in; i++) xf[i] = widen(x[i]);
-    for (int64_t r = 0; r < m * groups; r++) { /* each group's inputs summed in order */
+    for (int64_t r = 0; low && r < m * groups; r++) { /* each group's inputs summed in order (the lows' share) */
         float s = 0;
         for (int64_t i = 0; i < GROUP; i++) s += xf[r * GROUP + i];
         sums[r] = s;
