@@ -143,7 +143,12 @@ def tree_attention(
     if plain and ordered_attention.applies(query):
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         mask = attention_mask if attention_mask is not None else causal_mask(query.shape[2], key.shape[2], query.dtype)
-        return ordered_attention.ordered_attention(query, key, value, mask, scale), None
+        attend = (
+            ordered_attention.ordered_attention_op
+            if torch.compiler.is_compiling()
+            else ordered_attention.ordered_attention
+        )
+        return attend(query, key, value, mask, scale), None
     if not (grouped and plain and attention_mask is not None and query.device.type == "cpu"):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs

@@ -52,7 +52,11 @@ def compile_model(model: nn.Module, cuda_graphs: bool = False) -> Callable[..., 
     if cuda_graphs:
         compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
     else:
-        compiled = torch.compile(model, dynamic=None)
+        # bf16 and int4 (bf16 around lopa's kernels): round after each op as eager does. Inductor otherwise keeps
+        # fused intermediates in fp32, and its one-token graph fused otherwise than its larger ones: a tree's first
+        # token did not get its one-token step's logits (tests/test_exact_low_precision.py); with the casts it does.
+        options = {"emulate_precision_casts": model.dtype != torch.float32}
+        compiled = torch.compile(model, dynamic=None, options=options)
 
     def forward(**inputs: Any) -> Any:
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):

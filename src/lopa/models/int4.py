@@ -84,6 +84,27 @@ def tile_product(kernel, flat: torch.Tensor, arrays: tuple, out_features: int) -
     return out
 
 
+@torch.library.custom_op("lopa::row_invariant_product", mutates_args=())
+def row_invariant_product(
+    flat: torch.Tensor,
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    low: torch.Tensor | None,
+    out_features: int,
+    bits: int,
+    tiles: bool,
+) -> torch.Tensor:
+    """tile_product through row_invariant_kernel(bits, tiles) as a registered op: torch.compile keeps it one opaque
+    kernel of known shape, where the ctypes call itself would break the graph (eager forwards call the kernel
+    directly: the op's dispatch costs ~15 us)."""
+    return tile_product(row_invariant_kernel(bits, tiles), flat, (codes, scale, low), out_features)
+
+
+@row_invariant_product.register_fake
+def _row_invariant_product_shape(flat, codes, scale, low, out_features, bits, tiles) -> torch.Tensor:
+    return flat.new_empty(flat.shape[0], out_features)
+
+
 class Int4Linear(nn.Module):
     """y = x @ W.T with W = q * scale + low per group of 32 inputs, q in 0..15; bf16 in and out.
 
@@ -160,6 +181,9 @@ class Int4Linear(nn.Module):
 
     def _product(self, flat: torch.Tensor) -> torch.Tensor:
         """flat [m, in] bf16 -> [m, out] bf16."""
+        if torch.compiler.is_compiling() and self.kernel != "torch":
+            tiles = self.kernel == "amx-tiles"
+            return row_invariant_product(flat, self.codes, self.scale, self.low, self.out_features, 4, tiles)
         if not self._kernel:
             return torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
         return tile_product(self._kernel, flat, self._arrays, self.out_features)

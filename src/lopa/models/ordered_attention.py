@@ -34,6 +34,7 @@ def _library() -> ctypes.CDLL | None:
     return library
 
 
+@torch.compiler.assume_constant_result  # traced as its value: dynamo cannot follow the build check into the OS
 def supports(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
     """Whether bf16 CPU attention of this head size goes through the kernel (fp32 keeps SDPA: its rounding
     differences are float noise there, and SDPA is faster); the head size must be a multiple of its 16 lanes."""
@@ -65,3 +66,17 @@ def ordered_attention(
         batch, heads, kv_heads, queries, keys, dim, scale, DTYPES[query.dtype], DTYPES[mask.dtype], threads,
     )  # fmt: skip
     return out
+
+
+@torch.library.custom_op("lopa::ordered_attention", mutates_args=())
+def ordered_attention_op(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """ordered_attention as a registered op, which torch.compile keeps opaque (the ctypes call would break the
+    graph)."""
+    return ordered_attention(query, key, value, mask, scale)
+
+
+@ordered_attention_op.register_fake
+def _ordered_attention_shape(query, key, value, mask, scale) -> torch.Tensor:
+    return query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])

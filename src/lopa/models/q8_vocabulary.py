@@ -28,7 +28,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from .gguf_tensors import GGUFTensors
-from .int4 import GROUP, PANEL, fp16_field, row_invariant_kernel, tile_product, weight_name
+from .int4 import GROUP, PANEL, fp16_field, row_invariant_kernel, row_invariant_product, tile_product, weight_name
 
 Q8_0_BLOCK = 34  # bytes: an fp16 scale, then 32 int8 codes
 
@@ -48,6 +48,7 @@ class Q8Vocabulary(nn.Module):
         per_panel = scale.float().reshape(panels, PANEL, groups).transpose(1, 2).contiguous()
         self.register_buffer("scale", per_panel, persistent=False)
         self._kernel = kernel or row_invariant_kernel(8)
+        self.tiles = self._kernel is not row_invariant_kernel(8, tiles=False)  # which one a compiled forward calls
         self._arrays = self.codes, self.scale, None  # read every call: past nn.Module's slow lookup
 
     def _apply(self, fn, recurse=True):
@@ -68,7 +69,10 @@ class Q8Vocabulary(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        out = tile_product(self._kernel, flat, self._arrays, self.out_features)
+        if torch.compiler.is_compiling():
+            out = row_invariant_product(flat, self.codes, self.scale, None, self.out_features, 8, self.tiles)
+        else:
+            out = tile_product(self._kernel, flat, self._arrays, self.out_features)
         return out.view(*x.shape[:-1], self.out_features)
 
 
