@@ -54,7 +54,8 @@ def compile_model(model: nn.Module, cuda_graphs: bool = False) -> Callable[..., 
     else:
         # bf16 and int4 (bf16 around lopa's kernels): round after each op as eager does. Inductor otherwise keeps
         # fused intermediates in fp32, and its one-token graph fused otherwise than its larger ones: a tree's first
-        # token did not get its one-token step's logits (tests/test_exact_low_precision.py); with the casts it does.
+        # token did not get its one-token step's logits (SmolLM2 int4, first 8 layers). With the casts it did in one
+        # process, not under pytest-xdist (README, "Against llama.cpp on a CPU without AVX-512"): not yet exact.
         options = {"emulate_precision_casts": model.dtype != torch.float32}
         compiled = torch.compile(model, dynamic=None, options=options)
 
