@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from lopa import DraftConfig, Engine
 from lopa.models import native
+from lopa.models.attention import tree_attention
 from lopa.models.breakdown import weight_bytes
 from lopa.models.fastkernels import row_invariant
 from lopa.models.gguf_precision import full_precision_gguf
@@ -32,6 +33,7 @@ from lopa.models.int4 import (
 from lopa.models.loading import load_model, source_gguf, token_rows
 from lopa.models.ordered_attention import ordered_attention
 from lopa.models.q8_vocabulary import Q8Vocabulary, keep_q8_vocabulary
+from lopa.models.runner import Runner
 from tests.prompts import FAST, accepted_by_source
 
 HEADS, KV_HEADS, DIM = 9, 3, 64
@@ -253,6 +255,31 @@ def test_q8_vocabulary_computes_each_row_alike(tiles: bool) -> None:
     torch.testing.assert_close(layer(x).float(), x.float() @ weight.T, rtol=1e-2, atol=1e-2)
 
 
+@NO_COMPILER
+def test_lopas_kernels_compile_whole_and_compute_as_eager() -> None:
+    """Under torch.compile the int4 product, the Q8_0 vocabulary and tree attention trace as registered ops
+    (fullgraph: a graph break raises) and give what their eager calls give, bit for bit."""
+    torch.manual_seed(0)
+    int4 = Int4Linear.from_weight(torch.nn.Linear(256, 272).weight, kernel="panel")
+    codes, scale = torch.randint(-128, 128, (256, 128), dtype=torch.int8), torch.rand(256, 4) / 100
+    vocabulary = Q8Vocabulary(codes, scale, row_invariant_kernel(8, tiles=False))
+    layer = torch.nn.Module()
+    layer.num_key_value_groups = HEADS // KV_HEADS
+    parents = [-1, 0, 0, 2, 1, 3]
+    q = torch.randn(1, HEADS, len(parents), DIM, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, KV_HEADS, 30 + len(parents), DIM, dtype=torch.bfloat16) for _ in range(2))
+    mask = _tree_mask(30, parents, torch.bfloat16)
+    attend = lambda *tensors: tree_attention(layer, *tensors)[0]  # noqa: E731
+    x = torch.randn(3, 256, dtype=torch.bfloat16)
+    for name, call, inputs in [
+        ("int4", int4, (x,)),
+        ("q8 vocabulary", vocabulary, (x[:, :128],)),
+        ("tree attention", attend, (q, k, v, mask)),
+    ]:
+        compiled = torch.compile(call, fullgraph=True, dynamic=False)
+        assert torch.equal(compiled(*inputs), call(*inputs)), name
+
+
 @pytest.fixture(scope="module")
 def int4() -> Engine:
     return Engine.from_pretrained(dtype="int4", draft=DraftConfig(always_draft=True), profile=False)
@@ -347,25 +374,58 @@ def test_int4_keeps_the_files_q8_vocabulary(int4: Engine) -> None:
     assert torch.equal(int4.predictor.token_embedding(ids[0]), embedding.weight[ids[0]].float())
 
 
-@pytest.mark.parametrize("precision", ["int4", "bf16"])
-def test_tree_logits_equal_one_token_steps(precision: str, request) -> None:
-    runner = request.getfixturevalue(precision).runner
+def _assert_tree_logits_are_steps(runner: Runner, parents: list[int], label: str) -> None:
+    """Each node of a tree (node i's parent: parents[i]) verified in one call gets the logits of one-token steps
+    along its path, bit for bit."""
     prompt = torch.randint(0, 1000, (30,), generator=torch.Generator().manual_seed(0))
-    tokens = torch.randint(0, 1000, (6,), generator=torch.Generator().manual_seed(1))
-    parents = [-1, 0, 1, 0, 3, 2]  # two branches: [t0 t1 t2 t5] and [t0 t3 t4]
+    tokens = torch.randint(0, 1000, (len(parents),), generator=torch.Generator().manual_seed(1))
     ancestors = _tree_mask(0, parents, torch.float32)[0, 0] == 0
     depths = ancestors.sum(1) - 1
-    runner.reserve(len(prompt) + 10)
+    runner.reserve(len(prompt) + 2 * len(parents))
     runner.prefill(0, prompt, 0)
     (tree,) = runner.verify([(tokens, depths, ancestors)])
-    for path in ([0, 1, 2, 5], [0, 3, 4]):
+    leaves = set(range(len(parents))) - set(parents)
+    for leaf in leaves:
+        path = [leaf]
+        while parents[path[0]] >= 0:
+            path.insert(0, parents[path[0]])
         runner.prefill(0, prompt, 0)
         for node in path:
             (step,) = runner.verify(
                 [(tokens[node : node + 1], torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool))]
             )
             runner.commit(0, [0])
-            assert torch.equal(step.logits[0], tree.logits[node]), f"{precision}: node {node}"
+            assert torch.equal(step.logits[0], tree.logits[node]), f"{label}: node {node}"
+
+
+@pytest.mark.parametrize("precision", ["int4", "bf16"])
+def test_tree_logits_equal_one_token_steps(precision: str, request) -> None:
+    runner = request.getfixturevalue(precision).runner
+    _assert_tree_logits_are_steps(runner, [-1, 0, 1, 0, 3, 2], precision)  # two branches: t0 t1 t2 t5, t0 t3 t4
+
+
+@pytest.mark.slow
+@NO_COMPILER
+def test_compiled_int4_is_exact_and_whole() -> None:
+    """--compile --dtype int4: lopa's C kernels are registered ops, so each tree size is one graph (no break), and
+    with eager's bf16 rounding kept and the token lookup outside the graphs, inductor's graphs give a tree's nodes
+    their one-token steps' logits at any thread count: lookahead is the compiled plain decoding. SmolLM2's int4
+    layers cut to the first 8 (graphs in about a minute each). Without the casts node 0 differed; with the lookup
+    fused into the first norm, node 3 did in one thread (pytest-xdist's workers), not in two."""
+    loaded = load_model(dtype="int4")
+    loaded.model.model.layers = loaded.model.model.layers[:8]
+    loaded.model.config.num_hidden_layers = 8
+    engine = Engine(loaded, DraftConfig(node_budget=7, always_draft=True), compile=True, predictor=False)
+    torch._dynamo.utils.counters.clear()
+    engine.warm_up()  # buckets 1, 2, 4 and 8
+    assert not torch._dynamo.utils.counters["graph_break"]
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        _assert_tree_logits_are_steps(engine.runner, [-1, 0, 1, 2, 0, 4, 5, 1], "compiled int4")  # 3 branches
+        for prompt in FAST[:2]:
+            plain = engine.generate(prompt.text, max_new_tokens=32, method="ar")
+            lookahead = engine.generate(prompt.text, max_new_tokens=32)
+            assert lookahead.token_ids == plain.token_ids
+            assert sum(accepted_by_source(lookahead.stats.steps).values()) > 0
 
 
 @pytest.mark.parametrize("precision", ["int4", "bf16"])

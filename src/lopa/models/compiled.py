@@ -54,16 +54,22 @@ def compile_model(model: nn.Module, cuda_graphs: bool = False) -> Callable[..., 
     else:
         # bf16 and int4 (bf16 around lopa's kernels): round after each op as eager does. Inductor otherwise keeps
         # fused intermediates in fp32, and its one-token graph fused otherwise than its larger ones: a tree's first
-        # token did not get its one-token step's logits (SmolLM2 int4, first 8 layers). With the casts it did in one
-        # process, not under pytest-xdist (README, "Against llama.cpp on a CPU without AVX-512"): not yet exact.
+        # token did not get its one-token step's logits (SmolLM2 int4, first 8 layers). With the casts and the lookup
+        # below kept out of the graph it does, in one thread and in two (tests/test_exact_low_precision.py).
         options = {"emulate_precision_casts": model.dtype != torch.float32}
         compiled = torch.compile(model, dynamic=None, options=options)
 
-    def forward(**inputs: Any) -> Any:
+    embed = model.get_input_embeddings()
+
+    def forward(input_ids: torch.Tensor, **inputs: Any) -> Any:
+        # the token lookup runs eagerly: fused into the first norm's reduction, a gather from a quantized
+        # embedding's packed layout made inductor sum a row in another order at 8 rows than at 1 (SmolLM2 int4)
+        embeddings = embed(input_ids)
+        torch._dynamo.mark_static(embeddings, 1)  # the bucket size is part of the graph
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
             if cuda_graphs:
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs were copied out
-            return compiled(**inputs)
+            return compiled(inputs_embeds=embeddings, **inputs)
 
     return forward
 
@@ -93,8 +99,7 @@ def pad_queries(tokens: torch.Tensor, positions: torch.Tensor, mask, size: int, 
             mask = {k: _pad_mask(m, pad, static) for k, m in mask.items()}
         else:
             mask = _pad_mask(mask, pad, static)
-    tokens, positions = _owned(tokens), _owned(positions)
+    positions = _owned(positions)  # the tokens are looked up before the graph (compile_model)
     mask = {k: _owned(m) for k, m in mask.items()} if isinstance(mask, dict) else _owned(mask)
-    for tensor in (tokens, positions):
-        torch._dynamo.mark_static(tensor, 1)  # the bucket size is part of the graph
+    torch._dynamo.mark_static(positions, 1)  # the bucket size is part of the graph
     return tokens, positions, mask
