@@ -8,6 +8,8 @@ import statistics
 import sys
 
 PAIRS = [("lopa", "llamacpp"), ("lopa", "llamacpp-pld"), ("ar", "llamacpp"), ("lopa", "ar"), ("lopa-ngram", "ar"), ("ar", "hf")]
+PAIRS += [("ar-compiled", "llamacpp"), ("lopa-compiled", "llamacpp"), ("ar-compiled", "ar"), ("lopa-compiled", "ar-compiled")]
+SAME = [("lopa", "ar"), ("lopa-compiled", "ar-compiled")]  # greedy lookahead against plain decoding, same runner
 for path in sys.argv[1:]:
     prompts = json.load(open(path))["prompts"]
     ratios = {
@@ -15,5 +17,10 @@ for path in sys.argv[1:]:
         for a, b in PAIRS
         if {a, b} <= prompts[0]["runs"].keys()  # the methods this run had
     }
-    same = sum(p["runs"]["lopa"].get("token_ids") == p["runs"]["ar"].get("token_ids") for p in prompts)
-    print(path, {k: round(v, 3) for k, v in ratios.items()}, f"lopa tokens == ar tokens on {same}/{len(prompts)}")
+    same = [
+        f"{a} tokens == {b} tokens on {sum(p['runs'][a].get('token_ids') == p['runs'][b].get('token_ids') for p in prompts)}"
+        f"/{len(prompts)}"
+        for a, b in SAME
+        if {a, b} <= prompts[0]["runs"].keys()
+    ]
+    print(path, {k: round(v, 3) for k, v in ratios.items()}, *same)
