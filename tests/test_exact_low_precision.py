@@ -409,7 +409,7 @@ def test_tree_logits_equal_one_token_steps(precision: str, request) -> None:
 def test_compiled_int4_is_exact_and_whole() -> None:
     """--compile --dtype int4: lopa's C kernels are registered ops, so each tree size is one graph (no break), and
     with eager's bf16 rounding kept and the token lookup outside the graphs, inductor's graphs give a tree's nodes
-    their one-token steps' logits at any thread count: lookahead is the compiled plain decoding. SmolLM2's int4
+    their one-token steps' logits, in one thread and in two: lookahead is the compiled plain decoding. SmolLM2's int4
     layers cut to the first 8 (graphs in about a minute each). Without the casts node 0 differed; with the lookup
     fused into the first norm, node 3 did in one thread (pytest-xdist's workers), not in two."""
     loaded = load_model(dtype="int4")

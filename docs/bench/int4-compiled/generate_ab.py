@@ -1,7 +1,7 @@
 """Greedy `ar` generation (64 tokens, one prompt) on an eager int4 engine and a compiled one (no predictor, buckets 1-2
 built by warm_up), alternating, 3 rounds; counts the calls that went through the compiled graphs, under dynamo's
 error_on_recompile (issue 37). Usage: OMP_NUM_THREADS=2 python docs/bench/int4-compiled/generate_ab.py"""
-import statistics, time, torch
+import time, torch
 torch.set_num_threads(2)
 from lopa import DraftConfig, Engine
 eager = Engine.from_pretrained(dtype="int4", profile=False)
@@ -18,6 +18,6 @@ torch._dynamo.utils.counters.clear()
 with torch._dynamo.config.patch(error_on_recompile=True):
     for rep in range(3):
         for name, e in (("eager", eager), ("compiled", compiled)):
-            s = time.perf_counter(); out = e.generate(prompt, max_new_tokens=64, method="ar"); d = time.perf_counter() - s
+            s = time.perf_counter(); e.generate(prompt, max_new_tokens=64, method="ar"); d = time.perf_counter() - s
             print(name, f"{64 / d:.1f} tok/s", "graph calls", calls["graph"], flush=True)
 print(dict(torch._dynamo.utils.counters["stats"]), dict(torch._dynamo.utils.counters["graph_break"]))
