@@ -197,9 +197,9 @@ def test_seeded_lookahead_equals_seeded_plain_decoding(settings) -> None:
 
 def test_an_unseeded_request_draws_a_seed_and_reports_it(engine: Engine) -> None:
     """The drawn seed reproduces the answer. Both runs decode plainly: the seed is drawn anew on every run of this
-    test, and in fp32 a tree's logits are not bit for bit a step's (SDPA; README: Sampling), so lookahead against
-    plain decoding under a random seed would be a lottery over near-ties; that equality is tested on fixed seeds
-    (tests/test_seeded.py)."""
+    test, and where a CPU's oneDNN rounds a lone fp32 row differently from several (README: Sampling) a tree's
+    logits are not bit for bit a step's, so lookahead against plain decoding under a random seed would be a lottery
+    over near-ties there; that equality is tested on fixed seeds (tests/test_seeded.py)."""
     assert engine.generate("Name a fruit.", max_new_tokens=4, temperature=1.0).seed is not None  # lookahead too
     first = engine.generate("Name a fruit.", max_new_tokens=12, temperature=1.0, method="ar")
     assert first.seed is not None

@@ -74,7 +74,7 @@ class Engine:
             log.warning(
                 "lopa: in %s here a tree's forward rounds its tokens differently from one-token steps, so greedy "
                 "lookahead equals plain decoding only up to near-ties at that precision (README: bf16 on the CPU); "
-                "float32 differs by float noise only, and bf16 on a CPU with lopa's kernels not at all",
+                "on a CPU with lopa's kernels float32 and bf16 keep them equal",
                 str(self.model.dtype).removeprefix("torch."),
             )
         # the EAGLE-3 predictor (draft/predictor_io.py); it reads the target's aux-layer features

@@ -1,4 +1,4 @@
-"""fp32 attention: SDPA (what lopa runs in fp32) against the order-fixed kernel (what bf16 and int4 run).
+"""fp32 attention on the CPU: SDPA (lopa's fp32 path until 2026-12-07) against the order-fixed kernel.
 
 1. Whether a verified tree's logits equal one-token steps' bit for bit with each (SmolLM2-135M fp32, the test
    helper of tests/test_exact_low_precision.py, two tree shapes).
@@ -22,11 +22,11 @@ from lopa.models import ordered_attention  # noqa: E402
 from lopa.models.attention import causal_mask, tree_attention  # noqa: E402
 
 torch.set_num_threads(2)
-SDPA = ordered_attention.supports
+ORDERED = ordered_attention.supports
 
 
-def ordered(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
-    return device.type == "cpu" and head_dim % 16 == 0
+def sdpa(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
+    return False
 
 
 class Grouped:
@@ -43,7 +43,7 @@ def median_ms(call, n: int) -> float:
 
 
 engine = Engine.from_pretrained(profile=False)
-for name, kernel in (("sdpa", SDPA), ("ordered", ordered)):
+for name, kernel in (("sdpa", sdpa), ("ordered", ORDERED)):
     ordered_attention.supports = kernel
     for parents in ([-1, 0, 1, 0, 3, 2], [-1, 0, 1, 2, 0, 4, 5, 1]):
         try:
@@ -67,7 +67,7 @@ for queries, keys in [
     mask = causal_mask(queries, keys, torch.float32)
     calls = 10 if queries > 100 else 30
     timed = {}
-    for name, kernel in (("sdpa", SDPA), ("ordered", ordered)):
+    for name, kernel in (("sdpa", sdpa), ("ordered", ORDERED)):
         ordered_attention.supports = kernel
         timed[name] = median_ms(
             lambda q=q, k=k, v=v, mask=mask: tree_attention(Grouped(), q, k, v, mask, scaling=0.125), calls

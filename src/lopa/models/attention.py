@@ -9,9 +9,10 @@ CPU, `scaled_dot_product_attention(..., enable_gqa=True)` reads the grouped head
 place with the mask, equal to float noise (checked in the tests); on CUDA a mask
 with enable_gqa falls back to the math kernel, so there the stock path stays.
 
-In bf16 on a CPU, attention goes through lopa's order-fixed kernel instead (models/ordered_attention.py):
-SDPA's rounding there depends on how many keys and queries a call holds, enough to change greedy choices,
-so a verified tree would not give what one-token steps give.
+In fp32 and bf16 on a CPU, attention goes through lopa's order-fixed kernel instead
+(models/ordered_attention.py): SDPA's rounding depends on how many keys and queries a call holds (in bf16
+enough to change greedy choices, in fp32 enough to change a seeded draw at a near-tie), so a verified tree
+would not give what one-token steps give.
 
 "lopa_sdpa" is registered as an attention implementation (and given transformers' SDPA
 mask builder, so stock `generate()` on the same model still works): loading a model

@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+from . import ordered_attention
 from .fastlinear import PackedLinear
 from .profile import chain, forward_latency
 from .runner import Runner
@@ -26,7 +27,7 @@ MATMUL_OPS = {
     "lopa::packed_linear",
     "aten::_int_mm",
 }
-ATTENTION_OPS = {"aten::scaled_dot_product_attention"}
+ATTENTION_OPS = {"aten::scaled_dot_product_attention", ordered_attention.PROFILED_NAME}
 PARTS = ("matmul", "vocab", "attention", "other_kernels", "dispatch")
 
 

@@ -13,10 +13,11 @@ the vocabulary projection in 2.8 ms (1 row) and 3.7 ms (16 rows), copy bandwidth
 
 oneDNN computes each output row alike whatever the row count (a test checks row 0 is
 bit-identical for 1 to 100 rows of a small layer), so a token verified inside a tree gets
-about the projections of a 1-token step, and one path serves all sizes. Not exactly for
-every shape: in fp32, SmolLM2's down projection (1536 inputs) rounds one row differently
-from two or more (6e-7 relative), float noise that greedy equality survives (its tests
-allow a divergence only at a near-tie); in bf16 its layers were bit-identical. Rounding
+the projections of a 1-token step, and one path serves all sizes. Not on every CPU for
+every shape: on an AVX-512 Xeon, SmolLM2's fp32 down projection (1536 inputs) rounded one
+row differently from two or more (6e-7 relative), float noise that greedy equality
+survives (its tests allow a divergence only at a near-tie); on an AVX2 EPYC every fp32
+layer rounds a lone row alike, and bf16 layers were bit-identical on both. Rounding
 differs from MKL's by float noise (about 1e-6 relative).
 
 PackedLinear keeps the original weight as its parameter next to the packed copy where

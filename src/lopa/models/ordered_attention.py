@@ -2,16 +2,17 @@
 
 SDPA's CPU kernels sum over however many keys a call holds, in blocks and vector lanes laid over the
 slots: a token verified inside a tree (ancestors at other slots, masked siblings between them, a longer
-key range) rounds differently from the same token decoded alone. In fp32 that is float noise; in bf16 it
-flips greedy choices, so lookahead in bf16 would not be plain bf16 decoding. kernels/ordered_attention.c
-computes each query over exactly its visible keys in slot order (kernel header says how); with linear
-layers that compute each row alike (oneDNN's packed bf16, torch's int4 weight-only kernel), the whole
-forward is then row-invariant. The C file is built and loaded by models/native.py; without a compiler
-`supports()` is False and the caller keeps SDPA.
+key range) rounds differently from the same token decoded alone. In bf16 that flips greedy choices; in fp32
+it is float noise that still flips a seeded draw where two tokens' noisy scores nearly tie. kernels/
+ordered_attention.c computes each query over exactly its visible keys in slot order (kernel header says
+how); with linear layers that compute each row alike (oneDNN's packed fp32 and bf16, torch's int4
+weight-only kernel), the whole forward is then row-invariant. The C file is built and loaded by
+models/native.py; without a compiler `supports()` is False and the caller keeps SDPA.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from functools import cache
 
@@ -20,6 +21,7 @@ import torch
 from . import native
 
 DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+PROFILED_NAME = "lopa::ordered_attention"  # what torch.profiler calls a call of the kernel
 STRIDES = ctypes.c_int64 * 19  # q's 4, k's 4, v's 4, the mask's 3, out's 4
 
 
@@ -36,10 +38,10 @@ def _library() -> ctypes.CDLL | None:
 
 @torch.compiler.assume_constant_result  # traced as its value: dynamo cannot follow the build check into the OS
 def supports(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
-    """Whether bf16 CPU attention of this head size goes through the kernel (fp32 keeps SDPA: its rounding
-    differences are float noise there, and SDPA is faster); the head size must be a multiple of its 16 lanes."""
-    cpu_bf16 = dtype == torch.bfloat16 and device.type == "cpu"
-    return cpu_bf16 and head_dim % 16 == 0 and _library() is not None
+    """Whether fp32 or bf16 CPU attention of this head size goes through the kernel (1.0-1.6x SDPA's time a call
+    for SmolLM2's shapes, no difference measured per generated token: docs/bench/fp32-attention); the head size
+    must be a multiple of its 16 lanes."""
+    return device.type == "cpu" and dtype in DTYPES and head_dim % 16 == 0 and _library() is not None
 
 
 def applies(query: torch.Tensor) -> bool:
@@ -54,17 +56,21 @@ def ordered_attention(
     dtype). Lean: a forward makes one call per layer, and each Python step here costs about what a short one does."""
     (batch, heads, queries, dim), kv_heads, keys = query.shape, key.shape[1], key.shape[2]
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
-    if mask.dtype not in DTYPES or mask.stride(-1) != 1:
+    if mask.dtype == torch.bool:  # transformers' own masks (a plain model call): True where a key is seen
+        mask = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    elif mask.dtype not in DTYPES or mask.stride(-1) != 1:
         mask = mask.float().contiguous()
     out = torch.empty(batch, queries, heads, dim, dtype=query.dtype)
     mask_strides = mask.stride(0) if mask.shape[0] > 1 else 0, mask.stride(2), 1  # one mask row set for all rows
     strides = STRIDES(*query.stride(), *key.stride(), *value.stride(), *mask_strides, *out.stride())
     work = batch * queries * keys * heads * dim
     threads = torch.get_num_threads() if work > 1 << 15 else 1  # an OpenMP fork costs a few microseconds
-    _library().ordered_attention(
-        query.data_ptr(), key.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(), strides,
-        batch, heads, kv_heads, queries, keys, dim, scale, DTYPES[query.dtype], DTYPES[mask.dtype], threads,
-    )  # fmt: skip
+    profiled = torch.autograd._profiler_enabled()  # then named in the trace (a ctypes call is otherwise unseen)
+    with torch.profiler.record_function(PROFILED_NAME) if profiled else contextlib.nullcontext():
+        _library().ordered_attention(
+            query.data_ptr(), key.data_ptr(), value.data_ptr(), mask.data_ptr(), out.data_ptr(), strides,
+            batch, heads, kv_heads, queries, keys, dim, scale, DTYPES[query.dtype], DTYPES[mask.dtype], threads,
+        )  # fmt: skip
     return out
 
 
