@@ -38,8 +38,8 @@ def _library() -> ctypes.CDLL | None:
 
 @torch.compiler.assume_constant_result  # traced as its value: dynamo cannot follow the build check into the OS
 def supports(dtype: torch.dtype, device: torch.device, head_dim: int) -> bool:
-    """Whether fp32 or bf16 CPU attention of this head size goes through the kernel (1.0-1.6x SDPA's time a call
-    for SmolLM2's shapes, no difference measured per generated token: docs/bench/fp32-attention); the head size
+    """Whether fp32 or bf16 CPU attention of this head size goes through the kernel (0.7-1.4x SDPA's time a call
+    for SmolLM2's shapes, no loss measured per generated token: docs/bench/fp32-attention); the head size
     must be a multiple of its 16 lanes."""
     return device.type == "cpu" and dtype in DTYPES and head_dim % 16 == 0 and _library() is not None
 

@@ -172,26 +172,16 @@ static void transposed_keys(float *kt, float *buffer, const float *zero, const J
     }
 }
 
-/* A buffer of at least `bytes` for this thread, kept between calls: a fresh one of this size came from mmap and cost
- * its page faults on every call. */
-static void *scratch(size_t bytes) {
-    static __thread void *buffer;
-    static __thread size_t size;
-    if (bytes > size) {
-        free(buffer);
-        buffer = malloc(bytes);
-        size = bytes;
-    }
-    return buffer;
-}
-
 static void run(const Job *j) {
     const int64_t group = j->heads / j->kv_heads, d = j->dim, n = j->keys, blocks = (j->queries + BLOCK - 1) / BLOCK;
     const int64_t rows = BLOCK * group, padded = (n + 15) / 16 * 16; /* keys padded to whole 4x16 tiles */
     const int64_t tiled = (rows + 3) / 4 * 4;                         /* query rows padded to whole tiles */
-    float *qf = scratch(sizeof(float) * (tiled * d + 9 * d + padded + rows + rows * padded + padded * d +
-                                         (j->bf16 ? n * d : 0)) +
-                        sizeof(float *) * (n + tiled));
+    /* malloc'd per call: a per-thread buffer kept between calls made Qwen2.5-Coder-0.5B's int8 draft model draft
+     * nonsense after compiled engines had run in the same process (2026-12-07, cause not found; filling each fresh
+     * buffer with NaNs changes no result, so nothing unwritten is read) */
+    float *qf = malloc(sizeof(float) * (tiled * d + 9 * d + padded + rows + rows * padded + padded * d +
+                                        (j->bf16 ? n * d : 0)) +
+                       sizeof(float *) * (n + tiled));
     float *row = qf + tiled * d, *zero = row + 8 * d, *nothing = zero + d, *sums = nothing + padded;
     float *prob = sums + rows, *kt = prob + rows * padded, *vbuf = kt + padded * d;
     const float **values = (const float **)(vbuf + (j->bf16 ? n * d : 0)), **queries = values + n;
@@ -272,6 +262,7 @@ static void run(const Job *j) {
             }
         }
     }
+    free(qf);
 }
 
 /* strides: q's 4, k's 4, v's 4, the mask's 3 ([B, T, S]; 0 for a mask shared by the rows), out's 4. */
