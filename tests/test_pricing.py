@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from itertools import islice
 
 from lopa import Engine
 from lopa.config import DraftConfig, GenerationConfig
@@ -153,6 +152,9 @@ def test_the_rate_drafting_is_priced_at_leaves_out_drafting_time(engine: Engine)
         engine.tokenizer(PROMPT).input_ids, GenerationConfig(max_new_tokens=4), engine.eos_ids, drafting
     )
     steps = decode(engine.runner.sibling(1, 1), seq, cost)
-    _, record = islice(steps, 2)  # the prefill's token, then one step: unmeasured, every drafter proposes
+    next(steps)  # the prefill's token
+    began = time.perf_counter()
+    record = next(steps)  # one step: unmeasured, every drafter proposes
+    took = time.perf_counter() - began
     assert record.draft_s >= 0.3
-    assert cost.rate(1) > 1 / 0.15  # one token per step over the forward alone (~25-60 ms here), not over 0.3 s more
+    assert 1 / cost.rate(1) <= took - 0.3  # one token per the step's time less the drafter's, however fast the CPU
