@@ -178,8 +178,8 @@ def test_cut_manifest_is_rebuilt(tmp_path, setup, locale):
 
 
 def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
-    """`lopa train-heads --corpus`: features recomputed from the stored ids (and cached), a loadable EAGLE-3
-    directory out with its log and plot; `lopa info` shows the predictor."""
+    """`lopa train-heads --corpus`: features recomputed from the stored ids (and cached), stopped by its time
+    budget and resumed, a loadable EAGLE-3 directory out with its log and plot; `lopa info` shows the predictor."""
     from lopa.cli import main
     from lopa.draft.predictor_io import load_predictor
 
@@ -207,7 +207,9 @@ def test_cli_trains_a_predictor_from_a_corpus(tmp_path, locale, capsys):
         "--features-dir",
         str(tmp_path / "features"),
     ]
-    assert main(argv) == 0
+    assert main([*argv, "--max-minutes", "1e-9"]) == 0  # one batch, a checkpoint, a stop
+    assert "run again with --resume" in capsys.readouterr().out and not (out / "held_out.json").exists()
+    assert main([*argv, "--resume"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["train_sequences"] + result["held_out_sequences"] == SETTINGS.chunk_size
     assert len(result["held_out_top1_by_depth"]) == 3 and json.loads((out / "held_out.json").read_text()) == result

@@ -23,6 +23,7 @@ from lopa.models.loading import token_rows
 from lopa.models.runner import Runner
 from lopa.train.predictor import (
     LOG,
+    STATE,
     FeatureSet,
     OnlineTeacher,
     PredictorSettings,
@@ -249,6 +250,26 @@ def test_a_resumed_training_run_equals_an_uninterrupted_one(model, trained, tmp_
     assert [json.loads(line)["epoch"] for line in (tmp_path / "cut" / LOG).read_text().splitlines()] == [0, 1]
     resumed, log = train_predictor(model, data, out=tmp_path / "cut", resume=True, **kwargs)
     assert [e["epoch"] for e in log] == [0, 1, 2, 3]
+    for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_weights_and_log(model, trained, tmp_path) -> None:
+    """Stopped by its time budget after one batch, twice (each stop checkpoints inside epoch 0), then resumed to
+    the end: the weights and every epoch's loss and held-out accuracy are those of a run never stopped."""
+    _, _, sequences, _ = trained
+    data, held = teacher_force(model, sequences[:8], AUX), teacher_force(model, sequences[8:10], AUX)
+    kwargs = dict(
+        aux_layers=AUX, draft_vocab_size=24, held_out=held, settings=PredictorSettings(epochs=2, batch_size=2, lr=3e-3)
+    )
+    whole, whole_log = train_predictor(model, data, out=tmp_path / "whole", **kwargs)
+    cut = tmp_path / "cut"
+    _, log = train_predictor(model, data, out=cut, max_minutes=1e-9, **kwargs)
+    assert log == [] and torch.load(cut / STATE, weights_only=True)["progress"]["batches"] == 1
+    _, log = train_predictor(model, data, out=cut, resume=True, max_minutes=1e-9, **kwargs)
+    assert log == [] and torch.load(cut / STATE, weights_only=True)["progress"]["batches"] == 2
+    resumed, log = train_predictor(model, data, out=cut, resume=True, **kwargs)
+    assert [{**e, "seconds": 0} for e in log] == [{**e, "seconds": 0} for e in whole_log] and len(log) == 2
     for (name, a), (_, b) in zip(whole.state_dict().items(), resumed.state_dict().items()):
         assert torch.equal(a, b), name
 

@@ -86,7 +86,9 @@ def register(subparsers) -> None:
         "--device", default="cpu", help="cpu or cuda[:N]: where the base teacher-forces and the predictor trains"
     )
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--resume", action="store_true", help="continue from OUT's last epoch")
+    t.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint (mid-epoch too)")
+    t.add_argument("--checkpoint-minutes", type=float, default=10.0, help="checkpoint within an epoch this often, too")
+    t.add_argument("--max-minutes", type=float, default=0.0, help="checkpoint and stop after this long (0 = no limit)")
     t.set_defaults(func=_train_predictor)
 
     e = subparsers.add_parser(
@@ -177,7 +179,12 @@ def _train_predictor(args: argparse.Namespace) -> int:
         out=args.out,
         resume=args.resume,
         name=loaded.name,
+        checkpoint_minutes=args.checkpoint_minutes,
+        max_minutes=args.max_minutes,
     )
+    if len(log) < settings.epochs:
+        print(f"stopped after {args.max_minutes} minutes with {len(log)} epochs done: run again with --resume")
+        return 0
     plot_accuracy(args.out / LOG, args.out / "accuracy.png")
     result = {
         "command": "lopa " + shlex.join(sys.argv[1:]),

@@ -16,8 +16,8 @@ cross entropy against the labels mapped into the draft vocabulary, labels outsid
 vocabulary is the `draft_vocab_size` most frequent labels.
 
 `out` gets the predictor (predictor_io layout), `train_log.jsonl` (loss and held-out top-1 by draft
-depth per epoch) and `trainer_state.pt` (AdamW and schedule state, epoch) after every epoch;
-`resume=True` continues from them.
+depth per epoch) and `trainer_state.pt` (AdamW and schedule state, epoch, batches into the next) after
+every epoch and every few minutes within one; `resume=True` continues from them.
 """
 
 from __future__ import annotations
@@ -319,7 +319,8 @@ def accuracy(predictor: Eagle3Predictor, data: TeacherForced, steps: int = 1, ba
     was right: it is the chance that depth s + 1 is accepted given depth s was."""
     hits, counts = [0] * steps, [0] * steps
     with torch.no_grad():
-        for batch in _batches(data, batch_size, None, predictor.t2d.device):
+        for group in _groups(data, batch_size, None):
+            batch = data.batch(group).to(predictor.t2d.device)
             for s, logits in enumerate(unroll(predictor, batch, steps)):
                 labels = _ahead(batch.labels, s, -100)
                 keep = labels >= 0
@@ -349,14 +350,13 @@ def step_loss(
     return -((probs * log_q).sum(-1)[rows] / mass[rows]).mean()
 
 
-def _batches(data: TeacherForced, batch_size: int, generator: torch.Generator | None, device: torch.device):
-    """Batches of similar length (little padding), in random order when a generator is given, on `device`."""
+def _groups(data: TeacherForced, batch_size: int, generator: torch.Generator | None) -> list[list[int]]:
+    """Sequence indices in batches of similar length (little padding), in random order when a generator is given."""
     order = sorted(range(len(data)), key=data.length)
     groups = [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
     if generator is not None:
         groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
-    for group in groups:
-        yield data.batch(group).to(device)
+    return groups
 
 
 def _draft_vocab(data: TeacherForced, vocab: int, size: int) -> torch.Tensor:
@@ -367,6 +367,16 @@ def _draft_vocab(data: TeacherForced, vocab: int, size: int) -> torch.Tensor:
 def _schedule(settings: PredictorSettings, total: int):
     warm = max(1, round(settings.warmup * total))
     return lambda step: min(1.0, (step + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(total, 1))))
+
+
+@dataclass
+class _Progress:
+    """How far into the epoch in progress a run got: a checkpoint between epochs has batches == 0."""
+
+    batches: int = 0
+    loss_sum: float = 0.0  # summed over the batches that had answer rows
+    loss_batches: int = 0
+    seconds: float = 0.0
 
 
 def train_predictor(
@@ -381,11 +391,16 @@ def train_predictor(
     out: Path | str | None = None,
     resume: bool = False,
     name: str = "",
+    checkpoint_minutes: float = 10.0,
+    max_minutes: float = 0.0,
 ) -> tuple[Eagle3Predictor, list[dict]]:
     """Train a predictor for the base `model` on teacher-forced `data`; returns it and the per-epoch log.
 
     `aux_layers` must be the ones `data` was computed with (the default: default_aux_layers). The predictor
-    trains on the base's device; cached rows travel there a batch at a time."""
+    trains on the base's device; cached rows travel there a batch at a time. With `out`, a checkpoint lands
+    after every epoch and every `checkpoint_minutes` within one; after `max_minutes` (0: no limit) the run
+    checkpoints and returns early (the log then lacks the unfinished epoch). `resume` goes on from the last
+    checkpoint, mid-epoch included, to the weights an uninterrupted run ends with."""
     settings = settings or PredictorSettings()
     torch.manual_seed(settings.seed)
     out = Path(out) if out is not None else None
@@ -406,41 +421,73 @@ def train_predictor(
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
     first = state["epoch"] + 1 if state else 0
+    progress = _Progress(**state.get("progress", {})) if state else _Progress()
     generator = torch.Generator().manual_seed(settings.seed)
     for _ in range(first):  # the batch order of the epochs already done, so a resumed run sees the same data
         torch.randperm(steps_per_epoch, generator=generator)
+
+    def checkpoint(epochs_done: int) -> None:
+        if out is None:
+            return
+        predictor.config.training = {
+            **asdict(settings),
+            "sequences": len(data),
+            "epochs_done": epochs_done,
+            "batches_done_in_next_epoch": progress.batches,
+        }
+        save_predictor(predictor, out)
+        trainer = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "log": log}
+        torch.save({**trainer, "epoch": epochs_done - 1, "progress": asdict(progress)}, out / STATE)
+        (out / LOG).write_text("".join(json.dumps(e) + "\n" for e in log))
+
+    began = saved = time.perf_counter()
     for epoch in range(first, settings.epochs):
-        start, total, batches = time.perf_counter(), 0.0, 0
-        bar = tqdm(
-            _batches(data, settings.batch_size, generator, model.device),
-            total=steps_per_epoch,
-            desc=f"epoch {epoch}",
-            unit="batch",
-        )
-        for batch in bar:
-            unrolled = unroll(predictor, batch, settings.ttt_steps)
-            losses = [step_loss(predictor, logits, batch, s, settings.distill) for s, logits in enumerate(unrolled)]
-            loss = sum(settings.decay**s * step for s, step in enumerate(losses) if step is not None)
-            if torch.is_tensor(loss):  # else: no answer position in this batch
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(predictor.parameters(), settings.clip)
-                optimizer.step()
-                total, batches = total + loss.item(), batches + 1
-                bar.set_postfix(loss=f"{total / batches:.3f}")
+        groups = _groups(data, settings.batch_size, generator)
+        start = time.perf_counter() - progress.seconds
+        bar = tqdm(groups[progress.batches :], initial=progress.batches, total=len(groups), desc=f"epoch {epoch}")
+        for group in bar:
+            loss = _train_step(predictor, optimizer, data.batch(group).to(model.device), settings)
             scheduler.step()
-        entry = {"epoch": epoch, "loss": total / max(batches, 1), "seconds": round(time.perf_counter() - start, 1)}
+            progress.batches += 1
+            if loss is not None:
+                progress.loss_sum, progress.loss_batches = progress.loss_sum + loss, progress.loss_batches + 1
+                bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
+            now = time.perf_counter()
+            stopping = max_minutes > 0 and now - began > max_minutes * 60
+            if progress.batches < len(groups) and (stopping or now - saved > checkpoint_minutes * 60):
+                progress.seconds, saved = now - start, now
+                checkpoint(epoch)
+                if stopping:
+                    bar.close()
+                    return predictor.eval(), log
+        entry = {
+            "epoch": epoch,
+            "loss": progress.loss_sum / max(progress.loss_batches, 1),
+            "seconds": round(time.perf_counter() - start, 1),
+        }
         if held_out is not None and len(held_out):
             entry["held_out_top1"] = accuracy(predictor.eval(), held_out, settings.ttt_steps)
             predictor.train()
         log.append(entry)
         print(json.dumps(entry), flush=True)
-        if out is not None:
-            predictor.config.training = {**asdict(settings), "sequences": len(data), "epochs_done": epoch + 1}
-            save_predictor(predictor, out)
-            torch.save(
-                {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "epoch": epoch, "log": log},
-                out / STATE,
-            )
-            (out / LOG).write_text("".join(json.dumps(e) + "\n" for e in log))
+        progress, saved = _Progress(), time.perf_counter()
+        checkpoint(epoch + 1)
+        if max_minutes > 0 and saved - began > max_minutes * 60:
+            break
     return predictor.eval(), log
+
+
+def _train_step(
+    predictor: Eagle3Predictor, optimizer: torch.optim.Optimizer, batch: _Batch, settings: PredictorSettings
+) -> float | None:
+    """One optimizer step on the batch's unrolled losses; its loss, or None when it has no answer row."""
+    unrolled = unroll(predictor, batch, settings.ttt_steps)
+    losses = [step_loss(predictor, logits, batch, s, settings.distill) for s, logits in enumerate(unrolled)]
+    loss = sum(settings.decay**s * step for s, step in enumerate(losses) if step is not None)
+    if not torch.is_tensor(loss):
+        return None
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(predictor.parameters(), settings.clip)
+    optimizer.step()
+    return loss.item()
