@@ -64,6 +64,17 @@ def test_a_lucky_probe_does_not_crown_the_losing_mode() -> None:
     assert gate.lookahead(1) is True and gate.sizes[1].leader is True
 
 
+def test_a_mode_that_lost_a_stretch_of_text_leads_again_at_its_first_probe_once_it_makes_more() -> None:
+    """Plain steps led for 300 steps (lookahead drafted badly); then lookahead makes 1.5x: its next probe ends
+    plain's lead, its record of the bad stretch having aged with the steps since."""
+    gate = LookaheadGate()
+    _drive(gate, 1, 300, lookahead_rate=90.0, plain_rate=100.0)
+    assert gate.sizes[1].leader is False and gate.sizes[1].gap == MAX_GAP
+    after = _drive(gate, 1, MAX_GAP + 1 + 40, lookahead_rate=150.0, plain_rate=100.0)
+    first = after.index(True)  # the probe, within MAX_GAP steps: it crowns lookahead, which runs on
+    assert after[first : first + 1 + PROBE_EVERY] == [True] * (1 + PROBE_EVERY) and gate.sizes[1].leader is True
+
+
 class Counting(Drafter):
     """A drafter that counts its proposals and observations; it proposes a wrong token."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 PROBE_EVERY = 8  # steps of the leading mode before the other one is measured again
 MAX_GAP = 64  # the longest run of the leading mode between such probes
-KEPT = 1 - 1 / 32  # per step of a mode, the share of its record kept: it judges by ~its last 32 steps
+KEPT = 1 - 1 / 32  # per step of either mode, the share of each mode's record kept: ~the last 32 steps judge
 
 
 @dataclass
@@ -27,8 +27,10 @@ class _BatchSize:
 @dataclass
 class LookaheadGate:
     """Per batch size, whether its steps draft. A lookahead step's yield is noisy (one token or five), so each
-    mode is judged by the tokens per second of its last ~32 steps together, not step by step: a single probe
-    neither ends a mode that leads nor crowns one by luck."""
+    mode is judged by the tokens per second of its steps over the last ~32 steps of the batch together, not
+    step by step: a single probe neither ends a mode that leads nor crowns one by luck. Each mode's record
+    ages with the batch's steps, not its own: a mode that lost during a stretch of text it drafted badly is
+    judged by its probes since, not by that stretch until it has run 32 steps again."""
 
     sizes: dict[int, _BatchSize] = field(default_factory=dict)  # rows -> its figures
 
@@ -40,8 +42,10 @@ class LookaheadGate:
     def observe(self, rows: int, lookahead: bool, tokens: int, seconds: float) -> None:
         """A step of `rows` sequences, drafting or not, emitted `tokens` in `seconds`."""
         size = self.sizes.setdefault(rows, _BatchSize())
-        size.tokens[lookahead] = KEPT * size.tokens.get(lookahead, 0.0) + tokens
-        size.seconds[lookahead] = KEPT * size.seconds.get(lookahead, 0.0) + seconds
+        for mode in size.tokens:  # both age, so the losing mode's probes outweigh its stale record (the text changed)
+            size.tokens[mode], size.seconds[mode] = KEPT * size.tokens[mode], KEPT * size.seconds[mode]
+        size.tokens[lookahead] = size.tokens.get(lookahead, 0.0) + tokens
+        size.seconds[lookahead] = size.seconds.get(lookahead, 0.0) + seconds
         if lookahead == size.leader:
             size.since += 1
             return
